@@ -1,0 +1,75 @@
+"""``spotwright bench``: figures for the speed goals (benchmarks print, tests assert)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from spotwright.catalog import CatalogError, load_catalog
+from spotwright.cli._errors import UserError
+from spotwright.model.errors import ScenarioError
+from spotwright.model.scenario import bundled_example, load_scenario
+from spotwright.observability.logs import configure_logging
+from spotwright.simulation import simulate
+
+__all__ = ["bench"]
+
+
+@click.group("bench")
+def bench() -> None:
+    """Measure scheduling and simulation speed."""
+
+
+@bench.command("scheduling")
+@click.option("--pods", "pod_counts", type=int, multiple=True, default=(1000, 5000, 20000),
+              show_default=True, help="Pods to schedule (repeat for several runs).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per run.")
+def bench_scheduling(pod_counts: tuple[int, ...], seed: int, as_json: bool) -> None:
+    """Karpenter's scheduling benchmark mix: pods/s, nodes, cost against a lower bound."""
+    from spotwright.benchmarks.scheduling import run_identical_benchmark, run_scheduling_benchmark
+
+    for count in pod_counts:
+        if count <= 0:
+            raise UserError(f"--pods must be positive, got {count}")
+        _emit(run_scheduling_benchmark(count, seed=seed), as_json)
+    _emit(run_identical_benchmark(), as_json)
+
+
+@bench.command("simulate")
+@click.argument("scenario", required=False, type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--seed", type=int, default=None)
+@click.option("--json", "as_json", is_flag=True)
+def bench_simulate(scenario: Path | None, seed: int | None, as_json: bool) -> None:
+    """Wall time to simulate SCENARIO (default: 24 h of a 100-node cluster)."""
+    try:
+        catalog = load_catalog()
+        parsed = load_scenario(scenario or bundled_example("day-100-nodes"), catalog)
+    except (ScenarioError, CatalogError) as exc:
+        raise UserError(str(exc)) from exc
+    configure_logging(sink=lambda _line: None)
+    started = time.perf_counter()
+    summary = simulate(parsed, catalog, seed=seed)
+    wall = time.perf_counter() - started
+    result = {
+        "benchmark": "simulate",
+        "scenario": parsed.name,
+        "simulated_seconds": summary["simulated_seconds"],
+        "wall_seconds": round(wall, 3),
+        "speedup": round(summary["simulated_seconds"] / wall, 1) if wall else None,
+        "peak_nodes": summary["nodes"]["peak"],
+        "nodes_launched": summary["nodes"]["launched"],
+        "notices": summary["interruptions"]["notices"],
+    }
+    _emit(result, as_json)
+
+
+def _emit(result: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(result))
+        return
+    click.echo("  ".join(f"{k}={v}" for k, v in result.items()))

@@ -1,0 +1,75 @@
+"""What every controller is handed: the ports, the shared caches and the settings.
+
+Controllers get the world only through this object, which is how the same code runs live,
+against a test cluster, and in the simulator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from spotwright.catalog import InstanceType
+from spotwright.controllers.unavailable import UnavailableOfferings
+from spotwright.model.objects import NodeSelectorRequirement, Taint
+from spotwright.model.resources import Resources
+from spotwright.observability.metrics import Metrics
+from spotwright.ports.clock import Clock
+from spotwright.ports.cloud import Cloud
+from spotwright.ports.cluster import Cluster
+
+__all__ = ["Context", "NodePoolSource", "Settings"]
+
+
+class NodePoolSource(Protocol):
+    """The parts of a NodePool the controllers read (the pydantic model provides them)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def weight(self) -> int: ...
+
+    def requirements(self) -> tuple[NodeSelectorRequirement, ...]: ...
+
+    def labels(self) -> dict[str, str]: ...
+
+    def taints(self) -> tuple[Taint, ...]: ...
+
+    def limits(self) -> Resources | None: ...
+
+    def node_limit(self) -> int | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    batch_idle_seconds: float = 1.0
+    batch_max_seconds: float = 10.0
+    #: How long a failed offering or closed capacity type is avoided.
+    unavailable_ttl_seconds: float = 180.0
+    #: Karpenter re-triggers provisioning for still-pending pods this often.
+    pending_retry_seconds: float = 10.0
+    #: At most this many instance types go into one launch request.
+    max_instance_types: int = 60
+    interruption_workers: int = 10
+    rebalance_action: Literal["none", "cordon", "drain"] = "drain"
+    #: At an interruption deadline, delete what is left rather than leave it to die.
+    force_at_deadline: bool = True
+    eviction_backoff_min: float = 0.1
+    eviction_backoff_max: float = 10.0
+
+
+@dataclass
+class Context:
+    cluster: Cluster
+    cloud: Cloud
+    clock: Clock
+    metrics: Metrics
+    nodepools: Sequence[NodePoolSource]
+    instance_types: Mapping[str, InstanceType]
+    settings: Settings = field(default_factory=Settings)
+    unavailable: UnavailableOfferings = field(default_factory=UnavailableOfferings)
+
+    def __post_init__(self) -> None:
+        self.unavailable.ttl = self.settings.unavailable_ttl_seconds

@@ -1,0 +1,159 @@
+"""Queue-mode interruption handling.
+
+Workers long-poll the interruption queue, turn each message into normalized events and act
+on the node claim of the instance: a spot interruption, a scheduled change or a stopping
+instance gets its claim deleted with the notice's deadline (the termination controller
+then taints, cordons and drains within it, while the provisioner, seeing the node's pods as
+pending, already launches the replacement). The pool that was reclaimed is avoided for a
+while. A message is deleted only once its action succeeded; messages about instances this
+cluster does not own are released for whoever does; unparseable ones are deleted (they
+never will parse) and counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+
+from spotwright.controllers.context import Context
+from spotwright.events import (
+    EventKind,
+    EventParseError,
+    InterruptionEvent,
+    parse_eventbridge,
+)
+from spotwright.model.objects import NodeClaim
+from spotwright.observability.logs import get_logger
+from spotwright.ports.queue import Message, MessageQueue
+
+__all__ = ["InterruptionHandler"]
+
+log = get_logger("interruption")
+
+_DEADLINE_KINDS = {
+    EventKind.SPOT_INTERRUPTION,
+    EventKind.SCHEDULED_CHANGE,
+    EventKind.STATE_CHANGE,
+    EventKind.CAPACITY_RESERVATION_INTERRUPTION,
+}
+
+
+class InterruptionHandler:
+    def __init__(self, ctx: Context, queue: MessageQueue) -> None:
+        self.ctx = ctx
+        self.queue = queue
+        self._seen: OrderedDict[str, None] = OrderedDict()
+
+    async def run(self) -> None:
+        workers = [
+            asyncio.create_task(self._worker())
+            for _ in range(max(1, self.ctx.settings.interruption_workers))
+        ]
+        try:
+            await asyncio.gather(*workers)
+        finally:
+            for worker in workers:
+                worker.cancel()
+
+    async def _worker(self) -> None:
+        while True:
+            messages = await self.queue.receive(max_messages=10, wait_seconds=20.0)
+            for message in messages:
+                await self.handle(message)
+
+    async def handle(self, message: Message) -> None:
+        ctx = self.ctx
+        try:
+            events = parse_eventbridge(message.body)
+        except EventParseError as exc:
+            ctx.metrics.interruption_errors.labels(type(exc).__name__).inc()
+            log.warning("dropping message that cannot be parsed", message_id=message.id,
+                        error=str(exc))
+            await self.queue.delete(message)
+            return
+        owned = False
+        for event in events:
+            claim = self._claim_for(event.instance_id)
+            if claim is None:
+                continue
+            owned = True
+            await self._act(event, claim)
+        if owned or not events:
+            await self.queue.delete(message)
+        else:
+            await self.queue.release(message)
+
+    async def _act(self, event: InterruptionEvent, claim: NodeClaim) -> None:
+        ctx = self.ctx
+        if event.id in self._seen:
+            return
+        self._seen[event.id] = None
+        if len(self._seen) > 10_000:
+            self._seen.popitem(last=False)
+        ctx.metrics.interruption_messages.labels(event.kind.value).inc()
+        now = ctx.clock.now()
+        fields = {
+            "kind": event.kind.value,
+            "instance_id": event.instance_id,
+            "nodeclaim": claim.name,
+            "node": claim.node_name or "<none>",
+        }
+        if event.kind is EventKind.REBALANCE_RECOMMENDATION:
+            log.info("rebalance recommendation received", action=ctx.settings.rebalance_action,
+                     **fields)
+            await self._rebalance(claim)
+            return
+        if event.kind not in _DEADLINE_KINDS:
+            log.info("ignoring event", **fields)
+            return
+        if event.kind is EventKind.SPOT_INTERRUPTION and claim.instance_type:
+            ctx.unavailable.mark_offering("spot", claim.instance_type, claim.zone, now)
+        deadline = event.deadline if event.deadline is not None else now
+        left = deadline - now
+        log.info("interruption received", deadline_in=f"{left:.0f}s", **fields)
+        if claim.node_name:
+            await ctx.cluster.record_event(
+                "Node", claim.node_name, "InstanceInterrupted",
+                f"{event.kind.value}: {event.detail}", warning=True,
+            )
+        await self._delete_claim(claim, event.kind.value, deadline)
+        ctx.metrics.actions.labels("drain").inc()
+
+    async def _rebalance(self, claim: NodeClaim) -> None:
+        ctx = self.ctx
+        action = ctx.settings.rebalance_action
+        if action == "none":
+            return
+        if action == "cordon":
+            if claim.node_name:
+                await ctx.cluster.patch_node(claim.node_name, unschedulable=True)
+            ctx.metrics.actions.labels("cordon").inc()
+            return
+        # Drain without a deadline: the provisioner starts the replacement at once, and
+        # PodDisruptionBudgets hold evictions back until the replacements are ready.
+        await self._delete_claim(claim, EventKind.REBALANCE_RECOMMENDATION.value, None)
+        ctx.metrics.actions.labels("replace-then-drain").inc()
+
+    async def _delete_claim(self, claim: NodeClaim, reason: str, deadline: float | None) -> None:
+        ctx = self.ctx
+        current = ctx.cluster.node_claim(claim.name)
+        if current is None:
+            return
+        if current.deleting_since is not None:
+            if deadline is not None and (
+                current.drain_deadline is None or deadline < current.drain_deadline
+            ):
+                current.drain_deadline = deadline
+                await ctx.cluster.update_node_claim(current)
+            return
+        current.deleting_since = ctx.clock.now()
+        current.drain_deadline = deadline
+        current.deletion_reason = reason
+        await ctx.cluster.update_node_claim(current)
+
+    def _claim_for(self, instance_id: str) -> NodeClaim | None:
+        suffix = "/" + instance_id
+        for claim in self.ctx.cluster.node_claims():
+            if claim.provider_id.endswith(suffix):
+                return claim
+        return None

@@ -1,0 +1,107 @@
+"""The simulator's books: what a user wants to know about a run, measured as it happens.
+
+The ledger watches the in-memory cluster through its observer hooks: time-weighted ready
+replicas over desired replicas (availability), how long pods waited to be scheduled, how long
+the pods of an interrupted node took to be ready elsewhere, and which pods were lost (killed
+without a completed graceful eviction).
+"""
+
+from __future__ import annotations
+
+import math
+
+from spotwright.model.objects import Pod
+
+__all__ = ["Ledger", "percentile"]
+
+
+def percentile(values: list[float], pct: float) -> float:
+    """Nearest-rank percentile; 0.0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    rank = max(1, math.ceil(pct / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+class Ledger:
+    def __init__(self) -> None:
+        self._t: float | None = None
+        self._ready: dict[str, int] = {}
+        self._desired: dict[str, int] = {}
+        self._ready_area = 0.0
+        self._desired_area = 0.0
+        self._created: dict[str, float] = {}
+        self.max_pending = 0.0
+        #: Notice time for pods whose node got an interruption notice, by pod uid.
+        self._origin: dict[str, float] = {}
+        self._noticed_nodes: dict[str, float] = {}
+        self.recovery: list[float] = []
+        self.evicted = 0
+        self.lost = 0
+
+    # -- availability -------------------------------------------------------------
+    def _advance(self, now: float) -> None:
+        if self._t is not None and now > self._t:
+            dt = now - self._t
+            self._ready_area += dt * sum(
+                min(self._ready.get(d, 0), want) for d, want in self._desired.items()
+            )
+            self._desired_area += dt * sum(self._desired.values())
+        self._t = now
+
+    def availability_pct(self, now: float) -> float:
+        self._advance(now)
+        if self._desired_area <= 0:
+            return 100.0
+        return 100.0 * self._ready_area / self._desired_area
+
+    # -- interruption bookkeeping -----------------------------------------------------
+    def notice(self, node_name: str, now: float) -> None:
+        self._noticed_nodes.setdefault(node_name, now)
+
+    # -- observer hooks (called by the memory cluster) -----------------------------------
+    def desired_changed(self, deployment: str, replicas: int, now: float) -> None:
+        self._advance(now)
+        self._desired[deployment] = replicas
+
+    def pod_created(self, pod: Pod, replaces: Pod | None, now: float) -> None:
+        self._created[pod.uid] = now
+        if replaces is None:
+            return
+        origin = self._origin.pop(replaces.uid, None)
+        if origin is None and replaces.node_name in self._noticed_nodes:
+            origin = self._noticed_nodes[replaces.node_name or ""]
+        if origin is not None:
+            self._origin[pod.uid] = origin
+
+    def pod_bound(self, pod: Pod, now: float) -> None:
+        created = self._created.pop(pod.uid, now)
+        self.max_pending = max(self.max_pending, now - created)
+
+    def pod_ready(self, pod: Pod, now: float) -> None:
+        if pod.owner:
+            self._advance(now)
+            self._ready[pod.owner] = self._ready.get(pod.owner, 0) + 1
+        origin = self._origin.pop(pod.uid, None)
+        if origin is not None:
+            self.recovery.append(now - origin)
+
+    def pod_unready(self, pod: Pod, now: float) -> None:
+        if pod.owner:
+            self._advance(now)
+            self._ready[pod.owner] = max(0, self._ready.get(pod.owner, 0) - 1)
+
+    def pod_gone(self, pod: Pod, graceful: bool, now: float) -> None:
+        self._created.pop(pod.uid, None)
+        if pod.node_name is None:
+            return
+        if not graceful and not pod.daemon:
+            self.lost += 1
+        elif pod.evicted:
+            self.evicted += 1
+
+    def still_pending(self, now: float) -> None:
+        """Count pods that never got a node up to the end of the run."""
+        for created in self._created.values():
+            self.max_pending = max(self.max_pending, now - created)

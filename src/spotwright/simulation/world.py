@@ -1,0 +1,134 @@
+"""The simulated world the controllers run in: a market, a cluster and a queue, wired.
+
+The world plays the parts that are not ours to write in production: EC2 (the simulated
+market), the kubelet joining a node when its instance has booted, the node disappearing when
+its instance is gone, and EventBridge delivering the market's notices into the queue. It
+also keeps the books a user sees at the end of a run.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from typing import Any
+
+from spotwright.adapters.memory_cluster import MemoryCluster
+from spotwright.adapters.memory_queue import MemoryQueue
+from spotwright.adapters.sim_market import SimulatedMarket
+from spotwright.catalog import InstanceType
+from spotwright.model import labels as wk
+from spotwright.model.objects import Node
+from spotwright.ports.clock import Clock
+from spotwright.ports.cloud import Instance
+from spotwright.simulation.ledger import Ledger
+
+__all__ = ["SimWorld"]
+
+_SPOT_WARNING = "EC2 Spot Instance Interruption Warning"
+_REBALANCE = "EC2 Instance Rebalance Recommendation"
+
+
+class SimWorld:
+    def __init__(
+        self,
+        *,
+        instance_types: Mapping[str, InstanceType],
+        region: str,
+        zones: list[str],
+        clock: Clock,
+        rng: random.Random,
+        interruptions: str,
+        rebalance_lead_seconds: float | None,
+        boot_seconds: float,
+    ) -> None:
+        self.clock = clock
+        self.instance_types = instance_types
+        self.region = region
+        self.ledger = Ledger()
+        self.cluster = MemoryCluster(clock, self.ledger)
+        self.queue = MemoryQueue()
+        self.market = SimulatedMarket(
+            list(instance_types.values()),
+            region=region,
+            zones=zones,
+            clock=clock,
+            rng=rng,
+            interruptions="none" if interruptions == "none" else "advisor",
+            rebalance_lead_seconds=rebalance_lead_seconds,
+            boot_seconds=boot_seconds,
+            on_running=self._on_running,
+            on_terminated=self._on_terminated,
+            publish=self._publish,
+        )
+        self._node_of: dict[str, str] = {}
+        self.running = 0
+        self.peak_nodes = 0
+        self.notices = 0
+        self.rebalances = 0
+        self.drained_before_deadline = 0
+        self.lost_before_drained = 0
+        self._noticed: set[str] = set()
+
+    # -- EC2 -> kubelet ---------------------------------------------------------------
+    def _on_running(self, instance: Instance) -> None:
+        itype = self.instance_types[instance.instance_type]
+        claim = self.cluster.node_claim(instance.tags.get("karpenter.sh/nodeclaim", ""))
+        name = instance.private_dns or instance.id
+        labels = dict(claim.labels) if claim is not None else {}
+        labels.update(itype.labels)
+        labels.update(
+            {
+                wk.ZONE: instance.zone,
+                wk.REGION: self.region,
+                wk.CAPACITY_TYPE: instance.capacity_type,
+                wk.HOSTNAME: name,
+            }
+        )
+        node = Node(
+            name=name,
+            provider_id=instance.provider_id,
+            labels=labels,
+            taints=list(claim.taints) if claim is not None else [],
+            allocatable=itype.allocatable,
+            ready=True,
+            created_at=self.clock.now(),
+        )
+        self._node_of[instance.id] = name
+        self.running += 1
+        self.peak_nodes = max(self.peak_nodes, self.running)
+        self.cluster.register_node(node)
+
+    def _on_terminated(self, instance: Instance, reason: str) -> None:
+        name = self._node_of.pop(instance.id, None)
+        if name is None:
+            return
+        self.running -= 1
+        if instance.id in self._noticed:
+            left = [p for p in self.cluster.pods_on(name) if not p.daemon]
+            if left:
+                self.lost_before_drained += 1
+            else:
+                self.drained_before_deadline += 1
+            self._noticed.discard(instance.id)
+        self.cluster.node_lost(name)
+
+    # -- EventBridge -> SQS ---------------------------------------------------------------
+    def _publish(self, event: dict[str, Any]) -> None:
+        kind = event.get("detail-type")
+        instance_id = str(event.get("detail", {}).get("instance-id", ""))
+        if kind == _SPOT_WARNING:
+            self.notices += 1
+            self._noticed.add(instance_id)
+            node = self._node_of.get(instance_id)
+            if node is not None:
+                self.ledger.notice(node, self.clock.now())
+        elif kind == _REBALANCE:
+            self.rebalances += 1
+        self.queue.put(event)
+
+    def finish(self) -> None:
+        """Count noticed instances that our drain terminated before the market did."""
+        for instance_id in list(self._noticed):
+            if instance_id not in self._node_of:
+                self.drained_before_deadline += 1
+                self._noticed.discard(instance_id)
