@@ -7,6 +7,7 @@ fleet's overrides) can be read and tuned in one place, without the asyncio plumb
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 from collections.abc import Sequence
@@ -18,12 +19,17 @@ __all__ = [
     "BAND_MONTHLY_PROBABILITY",
     "CO_INTERRUPTION_PROBABILITY",
     "MONTH_SECONDS",
+    "ON_DEMAND",
     "PRICE_CAPACITY_TOLERANCE",
+    "SPOT",
+    "ZONE_PRICE_SPREAD",
     "Pool",
     "band_hazard",
     "build_pools",
     "choose_pool",
     "notice_spread",
+    "offers_spot",
+    "reclaim_probability",
 ]
 
 SPOT = "spot"
@@ -113,6 +119,17 @@ def band_hazard(band: int) -> float:
     """
     p = BAND_MONTHLY_PROBABILITY.get(band, BAND_MONTHLY_PROBABILITY[4])
     return -math.log(1 - p) / MONTH_SECONDS
+
+
+@functools.cache
+def reclaim_probability(band: int, seconds: float) -> float:
+    """Chance that a pool of this band is reclaimed within ``seconds``.
+
+    Reclaims happen at μ = λ/q per pool, so that with each running instance hit with
+    probability q, every instance still sees the band's hazard λ.
+    """
+    rate = band_hazard(band) / CO_INTERRUPTION_PROBABILITY
+    return -math.expm1(-rate * seconds)
 
 
 def choose_pool(candidates: Sequence[tuple[int, Pool]], capacity_type: str) -> Pool:

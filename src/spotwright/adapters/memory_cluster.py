@@ -241,9 +241,7 @@ class MemoryCluster:
 
     # -- ReplicaSet controller ----------------------------------------------------------
     def _reconcile_replicas(self, deployment: Deployment, replaces: Pod | None = None) -> None:
-        live = [
-            p for p in self._pods.values() if p.owner == deployment.name and not p.terminating
-        ]
+        live = [p for p in self._pods.values() if p.owner == deployment.name and not p.terminating]
         missing = deployment.replicas - len(live)
         for _ in range(missing):
             self._create_pod(deployment, replaces)
@@ -251,7 +249,7 @@ class MemoryCluster:
             # Scale down the way the ReplicaSet controller ranks: unbound, then not ready,
             # then the newest.
             live.sort(key=lambda p: (p.node_name is not None, p.ready, -p.created_at))
-            for pod in live[: -missing]:
+            for pod in live[:-missing]:
                 self._start_termination(pod, pod.grace_seconds)
 
     def _create_pod(self, deployment: Deployment, replaces: Pod | None) -> None:
@@ -357,8 +355,16 @@ class MemoryCluster:
             best_score = -1.0
             for node in nodes:
                 free = node.allocatable - self._used[node.name]
-                if node_fit(pod, labels=node.labels, taints=node.taints,
-                            unschedulable=node.unschedulable, free=free) is not None:
+                if (
+                    node_fit(
+                        pod,
+                        labels=node.labels,
+                        taints=node.taints,
+                        unschedulable=node.unschedulable,
+                        free=free,
+                    )
+                    is not None
+                ):
                     continue
                 score = _least_allocated(free, node.allocatable)
                 if score > best_score:

@@ -16,7 +16,6 @@ All timing goes through the injected Clock and all randomness through the inject
 from __future__ import annotations
 
 import asyncio
-import math
 import random
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Literal
@@ -37,10 +36,10 @@ from spotwright.adapters._market_pools import (
     ON_DEMAND,
     SPOT,
     Pool,
-    band_hazard,
     build_pools,
     choose_pool,
     notice_spread,
+    reclaim_probability,
 )
 from spotwright.catalog._types import InstanceType
 from spotwright.ports.clock import Clock
@@ -127,6 +126,8 @@ class SimulatedMarket:
         self._used_ips: set[str] = set()
         self._zone_index = {z: i for i, z in enumerate(sorted(self._zones))}
         self._tasks: set[asyncio.Task[None]] = set()
+        #: Running, not-yet-doomed spot instances per pool: what a reclaim can hit.
+        self._exposed: dict[tuple[str, str, str], dict[str, InstanceRecord]] = {}
         self.counters = MarketCounters()
         self.notices_sent = 0
         self.rebalances_sent = 0
@@ -323,16 +324,12 @@ class SimulatedMarket:
             self._tick(self._clock.now())
 
     def _tick(self, now: float) -> None:
-        by_pool: dict[tuple[str, str, str], list[InstanceRecord]] = {}
-        for record in self._records.values():
-            inst = record.instance
-            if inst.capacity_type == SPOT and inst.state == "running" and not record.doomed:
-                by_pool.setdefault((SPOT, inst.instance_type, inst.zone), []).append(record)
-        for key in sorted(by_pool):
+        # Only pools with exposed instances draw, in sorted order, so a seed replays exactly.
+        for key in sorted(k for k, members in self._exposed.items() if members):
             pool = self._pools[key]
-            rate = band_hazard(pool.band) / CO_INTERRUPTION_PROBABILITY
-            if self._rng.random() < 1 - math.exp(-rate * TICK_SECONDS):
-                self._reclaim(pool, sorted(by_pool[key], key=lambda r: r.instance.id), now)
+            if self._rng.random() < reclaim_probability(pool.band, TICK_SECONDS):
+                members = self._exposed[key]
+                self._reclaim(pool, [members[i] for i in sorted(members)], now)
 
     def _reclaim(self, pool: Pool, records: Sequence[InstanceRecord], now: float) -> None:
         self.counters.reclaims += 1
@@ -346,6 +343,7 @@ class SimulatedMarket:
         self, record: InstanceRecord, *, delay: float, lead: float | None
     ) -> None:
         record.doomed = True
+        self._shield(record)
         self._spawn(self._interruption(record, delay, lead))
 
     async def _interruption(self, record: InstanceRecord, delay: float, lead: float | None) -> None:
@@ -408,6 +406,8 @@ class SimulatedMarket:
         await self._clock.sleep(seconds)
         if record.instance.state == "pending":
             record.instance.state = "running"
+            if record.instance.capacity_type == SPOT and not record.doomed:
+                self._exposed.setdefault(self._pool_key(record), {})[record.instance.id] = record
             self._on_running(snapshot(record.instance))
 
     def _end(self, record: InstanceRecord, reason: str) -> None:
@@ -415,6 +415,7 @@ class SimulatedMarket:
         now = self._clock.now()
         inst = record.instance
         record.ended_at = now
+        self._shield(record)
         for state in ("shutting-down", "terminated"):
             inst.state = state
             self._publish(
@@ -424,6 +425,17 @@ class SimulatedMarket:
             )
         bump(self.counters.terminations, reason)
         self._on_terminated(snapshot(inst), reason)
+
+    @staticmethod
+    def _pool_key(record: InstanceRecord) -> tuple[str, str, str]:
+        inst = record.instance
+        return (inst.capacity_type, inst.instance_type, inst.zone)
+
+    def _shield(self, record: InstanceRecord) -> None:
+        """The instance can no longer be hit by a reclaim (doomed already, or gone)."""
+        members = self._exposed.get(self._pool_key(record))
+        if members is not None:
+            members.pop(record.instance.id, None)
 
     @staticmethod
     def _alive(record: InstanceRecord) -> bool:

@@ -41,8 +41,7 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
     )
     table.add_row(
         "interruptions",
-        f"{intr['notices']} notices, {intr['rebalance_recommendations']} rebalance "
-        f"recommendations",
+        f"{intr['notices']} notices, {intr['rebalance_recommendations']} rebalance recommendations",
     )
     table.add_row(
         "drains",

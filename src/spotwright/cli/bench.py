@@ -25,8 +25,15 @@ def bench() -> None:
 
 
 @bench.command("scheduling")
-@click.option("--pods", "pod_counts", type=int, multiple=True, default=(1000, 5000, 20000),
-              show_default=True, help="Pods to schedule (repeat for several runs).")
+@click.option(
+    "--pods",
+    "pod_counts",
+    type=int,
+    multiple=True,
+    default=(1000, 5000, 20000),
+    show_default=True,
+    help="Pods to schedule (repeat for several runs).",
+)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per run.")
 def bench_scheduling(pod_counts: tuple[int, ...], seed: int, as_json: bool) -> None:

@@ -65,15 +65,21 @@ def simulate_command(
 
     def progress_hook(fraction: float, simulated: float) -> None:
         if bar is not None:
-            bar.update(task, completed=fraction * 100,
-                       description=f"simulated {format_duration(simulated)}")
+            bar.update(
+                task,
+                completed=fraction * 100,
+                description=f"simulated {format_duration(simulated)}",
+            )
 
     bar: Progress | None = None
     task: Any = None
     if show_bar:
         bar = Progress(
-            TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
-            console=console, transient=True,
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
         )
         task = bar.add_task("simulating", total=100)
 
@@ -85,13 +91,17 @@ def simulate_command(
         else:
             print(line, file=log_stream)
 
-    configure_logging(fmt="json" if log_format == "json" else "text", sink=sink,
-                      clock=_virtual_now)
+    configure_logging(fmt="json" if log_format == "json" else "text", sink=sink, clock=_virtual_now)
     if bar is not None:
         bar.start()
     try:
-        summary = simulate(parsed, catalog, seed=seed, until=until,
-                           progress=progress_hook if bar is not None else None)
+        summary = simulate(
+            parsed,
+            catalog,
+            seed=seed,
+            until=until,
+            progress=progress_hook if bar is not None else None,
+        )
     finally:
         if bar is not None:
             bar.stop()

@@ -67,8 +67,9 @@ class InterruptionHandler:
             events = parse_eventbridge(message.body)
         except EventParseError as exc:
             ctx.metrics.interruption_errors.labels(type(exc).__name__).inc()
-            log.warning("dropping message that cannot be parsed", message_id=message.id,
-                        error=str(exc))
+            log.warning(
+                "dropping message that cannot be parsed", message_id=message.id, error=str(exc)
+            )
             await self.queue.delete(message)
             return
         owned = False
@@ -99,8 +100,9 @@ class InterruptionHandler:
             "node": claim.node_name or "<none>",
         }
         if event.kind is EventKind.REBALANCE_RECOMMENDATION:
-            log.info("rebalance recommendation received", action=ctx.settings.rebalance_action,
-                     **fields)
+            log.info(
+                "rebalance recommendation received", action=ctx.settings.rebalance_action, **fields
+            )
             await self._rebalance(claim)
             return
         if event.kind not in _DEADLINE_KINDS:
@@ -113,8 +115,11 @@ class InterruptionHandler:
         log.info("interruption received", deadline_in=f"{left:.0f}s", **fields)
         if claim.node_name:
             await ctx.cluster.record_event(
-                "Node", claim.node_name, "InstanceInterrupted",
-                f"{event.kind.value}: {event.detail}", warning=True,
+                "Node",
+                claim.node_name,
+                "InstanceInterrupted",
+                f"{event.kind.value}: {event.detail}",
+                warning=True,
             )
         await self._delete_claim(claim, event.kind.value, deadline)
         ctx.metrics.actions.labels("drain").inc()

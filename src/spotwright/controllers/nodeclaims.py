@@ -137,7 +137,9 @@ class NodeClaimLifecycle:
             allocatable=itype.allocatable.describe(),
         )
         await ctx.cluster.record_event(
-            "NodeClaim", claim.name, "Launched",
+            "NodeClaim",
+            claim.name,
+            "Launched",
             f"Launched {instance.capacity_type} {instance.instance_type} in {instance.zone}",
         )
 

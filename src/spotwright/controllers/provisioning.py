@@ -120,7 +120,10 @@ class Provisioner:
             log.warning("could not schedule pod", pod=key, reason=reason)
             pod = by_key[key]
             await ctx.cluster.record_event(
-                "Pod", pod.key, "FailedScheduling", f"Failed to schedule pod, {reason}",
+                "Pod",
+                pod.key,
+                "FailedScheduling",
+                f"Failed to schedule pod, {reason}",
                 warning=True,
             )
         if not plan.new_claims:
@@ -215,15 +218,18 @@ class Provisioner:
         templates = []
         for pool in ctx.nodepools:
             claims = [
-                c for c in ctx.cluster.node_claims()
+                c
+                for c in ctx.cluster.node_claims()
                 if c.nodepool == pool.name and c.deleting_since is None
             ]
             limits = pool.limits()
             remaining = None
             if limits is not None:
                 used = sum(
-                    (c.allocatable or self._smallest(c.instance_types) or Resources()
-                     for c in claims),
+                    (
+                        c.allocatable or self._smallest(c.instance_types) or Resources()
+                        for c in claims
+                    ),
                     Resources(),
                 )
                 remaining = _capacity_left(limits, used)

@@ -11,6 +11,7 @@ a pod whose grace period would overrun the deadline is deleted with what time is
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from spotwright.controllers.context import Context
 from spotwright.model import labels as wk
@@ -54,23 +55,31 @@ class Terminator:
             ctx.metrics.drain_duration.observe(took)
             if finished:
                 ctx.metrics.drains.labels("before_deadline").inc()
-                log.info("drained node", node=node.name, nodeclaim=claim.name,
-                         duration=f"{took:.1f}s")
-                await ctx.cluster.record_event("Node", node.name, "Drained",
-                                               f"Drained in {took:.0f}s")
+                log.info(
+                    "drained node", node=node.name, nodeclaim=claim.name, duration=f"{took:.1f}s"
+                )
+                await ctx.cluster.record_event(
+                    "Node", node.name, "Drained", f"Drained in {took:.0f}s"
+                )
             else:
                 ctx.metrics.drains.labels("deadline_exceeded").inc()
-                log.warning("node went away before it was drained", node=node.name,
-                            nodeclaim=claim.name, duration=f"{took:.1f}s")
+                log.warning(
+                    "node went away before it was drained",
+                    node=node.name,
+                    nodeclaim=claim.name,
+                    duration=f"{took:.1f}s",
+                )
         if claim.provider_id:
             await ctx.cloud.terminate(claim.provider_id.rsplit("/", 1)[-1])
-            log.info("terminated instance", nodeclaim=claim.name,
-                     provider_id=claim.provider_id, reason=claim.deletion_reason)
+            log.info(
+                "terminated instance",
+                nodeclaim=claim.name,
+                provider_id=claim.provider_id,
+                reason=claim.deletion_reason,
+            )
         if node is not None:
-            try:
+            with contextlib.suppress(NotFound):
                 await ctx.cluster.delete_node(node.name)
-            except NotFound:
-                pass
         ctx.metrics.nodeclaims_terminated.labels(claim.deletion_reason or "deleted").inc()
         await ctx.cluster.remove_node_claim(claim.name)
 
@@ -116,8 +125,10 @@ class Terminator:
             for pod in tier:
                 if pod.terminating or next_try.get(pod.key, 0.0) > now:
                     continue
-                if deadline is not None and ctx.settings.force_at_deadline and (
-                    now + pod.grace_seconds >= deadline
+                if (
+                    deadline is not None
+                    and ctx.settings.force_at_deadline
+                    and (now + pod.grace_seconds >= deadline)
                 ):
                     await self._force(pod, max(0.0, deadline - now))
                     continue
@@ -136,8 +147,9 @@ class Terminator:
                     continue
                 ctx.metrics.pods_evicted.labels("drain").inc()
                 log.info("evicted pod", pod=pod.key, node=node_name)
-                await ctx.cluster.record_event("Pod", pod.key, "Evicted",
-                                               f"Evicted from node {node_name}")
+                await ctx.cluster.record_event(
+                    "Pod", pod.key, "Evicted", f"Evicted from node {node_name}"
+                )
             waits = [t - now for t in next_try.values() if t > now]
             step = min([0.5, *waits]) if waits else 0.5
             if deadline is not None:

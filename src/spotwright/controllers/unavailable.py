@@ -24,9 +24,7 @@ class UnavailableOfferings:
         self._offerings: dict[tuple[str, str, str], float] = {}
         self._capacity_types: dict[str, float] = {}
 
-    def mark_offering(
-        self, capacity_type: str, instance_type: str, zone: str, now: float
-    ) -> None:
+    def mark_offering(self, capacity_type: str, instance_type: str, zone: str, now: float) -> None:
         self._offerings[(capacity_type, instance_type, zone)] = now + self.ttl
 
     def mark_capacity_type(self, capacity_type: str, now: float) -> None:

@@ -16,6 +16,8 @@ from typing import Annotated
 
 from pydantic import BeforeValidator
 
+from spotwright.model.errors import show
+
 __all__ = ["NEVER", "Duration", "DurationOrNever", "format_duration", "parse_duration"]
 
 #: What ``parse_duration("Never", allow_never=True)`` returns.
@@ -44,20 +46,20 @@ def parse_duration(text: str | int | float, *, allow_never: bool = False) -> flo
     if isinstance(text, int | float):
         return _check_number(float(text), text, allow_never=allow_never)
     if not isinstance(text, str):
-        raise ValueError(f"expected a duration {_EXAMPLES}, got {type(text).__name__}")
+        raise ValueError(f"expected a duration {_EXAMPLES}, got {show(text)}")
     stripped = text.strip()
     if stripped == "Never":
         if allow_never:
             return NEVER
-        raise ValueError(f"expected a finite duration {_EXAMPLES}, got 'Never'")
+        raise ValueError(f"expected a finite duration {_EXAMPLES}, got Never")
     if stripped.startswith("-"):
-        raise ValueError(f"expected a duration that is not negative, got {text!r}")
+        raise ValueError(f"expected a duration that is not negative, got {show(text)}")
     if _PLAIN.match(stripped):
         return _check_number(float(stripped), text, allow_never=allow_never)
     match = _DURATION.match(stripped)
     if not stripped or not match:
         never = " or Never" if allow_never else ""
-        raise ValueError(f"expected a duration {_EXAMPLES}{never}, got {text!r}")
+        raise ValueError(f"expected a duration {_EXAMPLES}{never}, got {show(text)}")
     return sum(
         float(value) * _UNIT_SECONDS[unit]
         for unit, value in match.groupdict().items()
@@ -67,11 +69,11 @@ def parse_duration(text: str | int | float, *, allow_never: bool = False) -> flo
 
 def _check_number(seconds: float, original: object, *, allow_never: bool) -> float:
     if math.isnan(seconds):
-        raise ValueError(f"expected a duration {_EXAMPLES}, got {original!r}")
+        raise ValueError(f"expected a duration {_EXAMPLES}, got {show(original)}")
     if seconds < 0:
-        raise ValueError(f"expected a duration that is not negative, got {original!r}")
+        raise ValueError(f"expected a duration that is not negative, got {show(original)}")
     if math.isinf(seconds) and not allow_never:
-        raise ValueError(f"expected a finite duration {_EXAMPLES}, got {original!r}")
+        raise ValueError(f"expected a finite duration {_EXAMPLES}, got {show(original)}")
     return seconds
 
 
@@ -127,7 +129,7 @@ def _duration_or_never_field(value: object) -> float:
 def _duration_input(value: object) -> str | int | float:
     if isinstance(value, str | int | float):
         return value
-    raise ValueError(f"expected a duration {_EXAMPLES}, got {type(value).__name__}")
+    raise ValueError(f"expected a duration {_EXAMPLES}, got {show(value)}")
 
 
 #: A pydantic field type: a duration written as text or seconds, validated to float seconds.

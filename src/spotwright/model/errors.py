@@ -14,12 +14,21 @@ from __future__ import annotations
 import json
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, NamedTuple
 
+import yaml
 from pydantic import BaseModel, Discriminator, ValidationError
 from pydantic_core import ErrorDetails
 
-__all__ = ["Problem", "ScenarioError", "format_path", "problems_from_validation", "show"]
+__all__ = [
+    "Problem",
+    "ScenarioError",
+    "format_path",
+    "problems_from_validation",
+    "read_yaml",
+    "show",
+]
 
 
 class Problem(NamedTuple):
@@ -51,7 +60,7 @@ _IDENTIFIER_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVW
 
 
 def format_path(parts: Sequence[str | int]) -> str:
-    """``("spec", "workloads", 0, "requests", "nvidia.com/gpu")`` → ``spec.workloads[0].requests["nvidia.com/gpu"]``.
+    """Dotted path in the YAML's own keys: ``spec.workloads[0].requests["nvidia.com/gpu"]``.
 
     Keys containing dots or slashes are quoted so the path stays unambiguous.
     """
@@ -78,11 +87,24 @@ def show(value: object) -> str:
     if isinstance(value, Mapping):
         if not value:
             return "an empty mapping"
+        inline = "{" + ", ".join(f"{k}: {_bare(v)}" for k, v in value.items()) + "}"
+        if len(inline) <= 60:
+            return inline
         keys = ", ".join(str(k) for k in list(value)[:6])
         return f"a mapping (keys: {keys}{', ...' if len(value) > 6 else ''})"
     if isinstance(value, list | tuple):
-        return f"a list of {len(value)} item{'s' if len(value) != 1 else ''}"
+        if not value:
+            return "an empty list"
+        inline = "[" + ", ".join(show(v) for v in value) + "]"
+        return inline if len(inline) <= 60 else f"a list of {len(value)} items"
     return repr(value)
+
+
+def _bare(value: object) -> str:
+    # Inside an inline mapping, plain scalars read better unquoted: {app: web}.
+    if isinstance(value, str) and value and value.replace("-", "").replace(".", "").isalnum():
+        return value
+    return show(value)
 
 
 # ---------------------------------------------------------------------------------------
@@ -142,11 +164,13 @@ def _message(error: ErrorDetails, parent_type: Any) -> str:
         return "required key missing"
     if kind == "extra_forbidden":
         key = error["loc"][-1] if error["loc"] else "?"
-        expected = _accepted_keys(parent_type)
-        listing = f" (expected one of: {', '.join(expected)})" if expected else ""
+        accepted = _accepted_keys(parent_type)
+        listing = f" (expected one of: {', '.join(accepted)})" if accepted else ""
         return f"unknown key {json.dumps(str(key))}{listing}"
     if kind == "literal_error":
-        text = f"expected one of {ctx.get('expected', '?')}"
+        choices = str(ctx.get("expected", "?"))
+        several = " or " in choices or "," in choices
+        text = f"expected one of {choices}" if several else f"expected {choices}"
         hint = _HINTS.get(value) if isinstance(value, str) else None
         return f"{text}, got {show(value)}" + (f" ({hint})" if hint else "")
     if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
@@ -157,6 +181,8 @@ def _message(error: ErrorDetails, parent_type: Any) -> str:
             "less_than": "<",
         }[kind]
         bound = next(iter(ctx.values()), "?")
+        if isinstance(bound, float) and bound.is_integer():
+            bound = int(bound)
         return f"expected a value {sign} {bound}, got {show(value)}"
     if kind == "too_short":
         return f"expected at least {ctx.get('min_length', 1)} item(s), got {show(value)}"
@@ -180,7 +206,9 @@ def _message(error: ErrorDetails, parent_type: Any) -> str:
 # Walking data and types in step
 
 
-def _walk(loc: tuple[str | int, ...], data: object, root: type[BaseModel]) -> tuple[list[str | int], Any]:
+def _walk(
+    loc: tuple[str | int, ...], data: object, root: type[BaseModel]
+) -> tuple[list[str | int], Any]:
     """Return the path parts that exist in ``data`` and the type that holds the last one."""
     parts: list[str | int] = []
     node: object = data
@@ -197,7 +225,7 @@ def _walk(loc: tuple[str | int, ...], data: object, root: type[BaseModel]) -> tu
             parts.append(item)
             node = node[item]
             parent_type, tp = tp, _field_type(tp, str(item))
-        elif last:
+        elif last and isinstance(node, dict):
             # A key that should be there and is not (missing), or is there and is unknown.
             parts.append(item)
             parent_type = tp
@@ -269,3 +297,80 @@ def _accepted_keys(tp: Any) -> list[str]:
     if not _is_model(tp):
         return []
     return [field.alias or name for name, field in tp.model_fields.items()]
+
+
+# ---------------------------------------------------------------------------------------
+# Reading a YAML file: file-system and syntax errors → Problems
+
+
+def read_yaml(path: Path | str) -> Any:
+    """Parse one YAML document from ``path``; every failure is a ``ScenarioError``.
+
+    Syntax errors carry ``line L column C``; duplicate keys, which PyYAML would silently
+    collapse to the last one, are errors too.
+    """
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ScenarioError(source, [Problem("", "no such file")]) from None
+    except IsADirectoryError:
+        raise ScenarioError(
+            source, [Problem("", "expected a YAML file, got a directory")]
+        ) from None
+    except UnicodeDecodeError as exc:
+        message = f"expected UTF-8 text, got an undecodable byte at offset {exc.start}"
+        raise ScenarioError(source, [Problem("", message)]) from None
+    except OSError as exc:
+        raise ScenarioError(source, [Problem("", exc.strerror or str(exc))]) from None
+    return _load_yaml(text, source)
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """A SafeLoader that rejects duplicate keys, which PyYAML would silently collapse."""
+
+
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            duplicate = key in seen
+            seen.add(key)
+        except TypeError:
+            continue  # an unhashable key; construct_mapping reports it properly
+        if duplicate:
+            raise yaml.constructor.ConstructorError(
+                "while reading a mapping",
+                node.start_mark,
+                f"found duplicate key {show(key)}",
+                key_node.start_mark,
+            )
+    return loader.construct_mapping(node, deep=True)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _load_yaml(text: str, source: str) -> Any:
+    try:
+        documents = list(yaml.load_all(text, Loader=_StrictLoader))
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        what = exc.problem or "malformed YAML"
+        if exc.context and exc.context_mark and exc.context_mark is not mark:
+            start = exc.context_mark
+            what = f"{exc.context} (from line {start.line + 1} column {start.column + 1}): {what}"
+        if "<block" in what:
+            what += " (usually a line indented differently from its siblings)"
+        raise ScenarioError(source, [Problem(where, f"invalid YAML: {what}")]) from None
+    except yaml.YAMLError as exc:
+        raise ScenarioError(source, [Problem("", f"invalid YAML: {exc}")]) from None
+    documents = [d for d in documents if d is not None] or [None]
+    if len(documents) > 1:
+        message = f"expected one YAML document, got {len(documents)} (separated by ---)"
+        raise ScenarioError(source, [Problem("", message)])
+    return documents[0]

@@ -6,42 +6,55 @@ Karpenter's schema and its CEL rules; ``check_nodepool`` adds the checks that ne
 context (the scenario's zones, the instance-type catalog). The helper methods hand the
 provisioner what it consumes: requirements as ``NodeSelectorRequirement`` tuples with
 template labels folded in exactly as Karpenter folds them, taints, and limits.
-
-The shared building blocks for Kubernetes-shaped YAML (the strict base model, label keys,
-quantities, taints and requirements) live here too, because the NodePool is where they
-first appear; ``workloads`` imports them.
 """
 
 from __future__ import annotations
 
-import difflib
 import re
-from collections.abc import Iterable, Sequence
-from typing import Annotated, Any, Literal, Protocol
+from collections.abc import Sequence
+from typing import Any, Literal
 
 from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
     Field,
-    Strict,
+    ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
-from pydantic.alias_generators import to_camel
 
 from spotwright.model import labels as wk
 from spotwright.model.durations import Duration, DurationOrNever
-from spotwright.model.errors import Problem, format_path, show
-from spotwright.model.objects import NodeSelectorRequirement, Taint
-from spotwright.model.resources import Resources, parse_cpu, parse_memory, parse_quantity
+from spotwright.model.errors import (
+    Problem,
+    ScenarioError,
+    format_path,
+    problems_from_validation,
+    show,
+)
+from spotwright.model.fields import (
+    CatalogLike,
+    ConfigModel,
+    Cpu,
+    Effect,
+    LabelKey,
+    Labels,
+    LabelValue,
+    Memory,
+    ObjectMeta,
+    RequirementValue,
+    StrictInt,
+    Whole,
+    check_operator_values,
+    unknown_family,
+    unknown_instance_type,
+    unknown_zone,
+)
+from spotwright.model.objects import NodeSelectorRequirement, Operator, Taint
+from spotwright.model.resources import Resources
 
 __all__ = [
     "UNLIMITED",
     "Budget",
-    "CatalogLike",
-    "ConfigModel",
     "Disruption",
     "Limits",
     "NodePool",
@@ -50,121 +63,16 @@ __all__ = [
     "TaintSpec",
     "check_nodepool",
     "check_requirement",
+    "parse_nodepool",
 ]
 
 #: The value ``NodePool.limits()`` puts in a dimension the NodePool does not limit.
 UNLIMITED = 2**62
 
 
-class CatalogLike(Protocol):
-    """What configuration checks need from the instance-type catalog: names only."""
-
-    def __contains__(self, name: object, /) -> bool: ...
-
-    def names(self) -> Iterable[str]: ...
-
-
-class ConfigModel(BaseModel):
-    """Base of every user-facing model: unknown keys are errors, keys are camelCase.
-
-    Forbidding extras is what turns a typo such as ``limts`` into an error instead of a
-    silently ignored limit; models that mirror third-party manifests relax it locally.
-    """
-
-    model_config = ConfigDict(
-        extra="forbid", populate_by_name=True, alias_generator=to_camel, frozen=True
-    )
-
-
-class LenientModel(ConfigModel):
-    """For parts of real manifests full of fields spotwright does not model."""
-
-    model_config = ConfigDict(extra="ignore")
-
-
-# ---------------------------------------------------------------------------------------
-# Field types
-
-_NAME_PART = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
-
-
-def _label_key(key: str) -> str:
-    prefix, _, name = key.rpartition("/")
-    if (
-        not name
-        or len(name) > 63
-        or not _NAME_PART.match(name)
-        or (prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)))
-        or (not prefix and "/" in key)
-    ):
-        raise ValueError(f"expected a label key like app or example.com/team, got {show(key)}")
-    return key
-
-
-def _label_value(value: str) -> str:
-    if value and (len(value) > 63 or not _NAME_PART.match(value)):
-        raise ValueError(
-            "expected a label value (at most 63 letters, digits, '-', '_' or '.', "
-            f"starting and ending with a letter or digit), got {show(value)}"
-        )
-    return value
-
-
-def _object_name(value: str) -> str:
-    if len(value) > 63 or not _OBJECT_NAME.match(value):
-        raise ValueError(
-            "expected a name of lowercase letters, digits, '-' and '.' (at most 63, "
-            f"starting and ending with a letter or digit), got {show(value)}"
-        )
-    return value
-
-
-def _quantity(parse: Any) -> Any:
-    def convert(value: object) -> int:
-        if isinstance(value, bool) or not isinstance(value, str | int | float):
-            raise ValueError(f"expected a Kubernetes quantity like 500m, 2 or 4Gi, got {show(value)}")
-        try:
-            return int(parse(value))
-        except ValueError:
-            raise ValueError(
-                f"expected a Kubernetes quantity like 500m, 2 or 4Gi, got {show(value)}"
-            ) from None
-
-    return convert
-
-
-def _whole(value: Any) -> int:
-    quantity = parse_quantity(value)
-    if quantity != quantity.to_integral_value():
-        raise ValueError(f"expected a whole number, got {show(value)}")
-    return int(quantity)
-
-
-def _text_or_int(value: object) -> object:
-    # Requirement values are strings in Kubernetes, but ``values: [4]`` is an obvious intent.
-    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
-
-
-LabelKey = Annotated[str, AfterValidator(_label_key)]
-LabelValue = Annotated[str, AfterValidator(_label_value)]
-Labels = dict[LabelKey, LabelValue]
-ObjectName = Annotated[str, AfterValidator(_object_name)]
-#: CPU in millicores, parsed from ``500m``/``2``/``1.5``.
-Cpu = Annotated[int, BeforeValidator(_quantity(parse_cpu))]
-#: Memory in bytes, parsed from ``4Gi``/``512Mi``/``1e9``.
-Memory = Annotated[int, BeforeValidator(_quantity(parse_memory))]
-#: A whole count written as a quantity (``nvidia.com/gpu: 1``, ``nodes: "10"``).
-Whole = Annotated[int, BeforeValidator(_quantity(_whole))]
-StrictInt = Annotated[int, Strict()]
-RequirementValue = Annotated[str, BeforeValidator(_text_or_int)]
-
-
 # ---------------------------------------------------------------------------------------
 # Taints and requirements (shared with workloads)
 
-Effect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 NodePoolOperator = Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt", "Gte", "Lte"]
 
 
@@ -187,6 +95,22 @@ class RequirementSpec(ConfigModel):
     values: list[RequirementValue] = Field(default_factory=list)
     min_values: StrictInt | None = Field(default=None, ge=1, le=50)
 
+    @field_validator("values")
+    @classmethod
+    def _values_fit_operator(cls, values: list[str], info: ValidationInfo) -> list[str]:
+        operator = info.data.get("operator")
+        if operator is not None:
+            check_operator_values(operator, values)
+        return values
+
+    @field_validator("min_values")
+    @classmethod
+    def _enough_values(cls, min_values: int | None, info: ValidationInfo) -> int | None:
+        listed = len(info.data.get("values") or ())
+        if min_values is not None and info.data.get("operator") == "In" and listed < min_values:
+            raise ValueError(f"expected at most the {listed} value(s) listed, got {min_values}")
+        return min_values
+
     def to_requirement(self) -> NodeSelectorRequirement:
         """Canonical form: aliased keys mapped, ``Gte n``/``Lte n`` as ``Gt n-1``/``Lt n+1``.
 
@@ -194,89 +118,46 @@ class RequirementSpec(ConfigModel):
         make the rewrite exact.
         """
         key = wk.ALIASES.get(self.key, self.key)
-        if self.operator in ("Gte", "Lte"):
-            bound = int(self.values[0])
-            operator: Literal["Gt", "Lt"] = "Gt" if self.operator == "Gte" else "Lt"
-            shifted = bound - 1 if self.operator == "Gte" else bound + 1
-            return NodeSelectorRequirement(key, operator, (str(shifted),), self.min_values)
-        return NodeSelectorRequirement(key, self.operator, tuple(self.values), self.min_values)
-
-
-_INTEGER = re.compile(r"^-?[0-9]+$")
-
-
-class RequirementLike(Protocol):
-    """The shape NodePool requirements and pod affinity expressions share."""
-
-    @property
-    def key(self) -> str: ...
-    @property
-    def operator(self) -> str: ...
-    @property
-    def values(self) -> list[str]: ...
+        op = self.operator
+        if op == "Gte" or op == "Lte":
+            bound = int(self.values[0]) + (-1 if op == "Gte" else 1)
+            strict: Operator = "Gt" if op == "Gte" else "Lt"
+            return NodeSelectorRequirement(key, strict, (str(bound),), self.min_values)
+        return NodeSelectorRequirement(key, op, tuple(self.values), self.min_values)
 
 
 def check_requirement(
-    req: RequirementLike,
+    req: RequirementSpec,
     path: tuple[str | int, ...],
     *,
     zones: Sequence[str] | None = None,
     catalog: CatalogLike | None = None,
 ) -> list[Problem]:
-    """Kubernetes' and Karpenter's rules for one requirement, plus values spotwright can check.
+    """Check a requirement's values against what exists: capacity types, zones, the catalog.
 
-    Used for NodePool requirements and for pods' node affinity, which share the shape.
+    Only ``In``/``NotIn`` values name things that must exist; the rest is validated
+    when the model is built (see ``check_operator_values``).
     """
     problems: list[Problem] = []
-    op: str = req.operator
-    values: list[str] = list(req.values)
     key = wk.ALIASES.get(req.key, req.key)
-    at_values = format_path([*path, "values"])
-    if op in ("In", "NotIn") and not values:
-        problems.append(Problem(at_values, f"expected at least one value for {op}, got none"))
-    if op in ("Exists", "DoesNotExist") and values:
-        problems.append(Problem(at_values, f"expected no values for {op}, got {show(values)}"))
-    if op in ("Gt", "Lt", "Gte", "Lte") and (len(values) != 1 or not _INTEGER.match(values[0])):
-        problems.append(
-            Problem(at_values, f"expected exactly one integer value for {op}, got {show(values)}")
-        )
-    min_values = getattr(req, "min_values", None)
-    if min_values is not None and op == "In" and len(values) < min_values:
-        problems.append(
-            Problem(
-                format_path([*path, "minValues"]),
-                f"expected at most as many as the {len(values)} value(s) listed, got {min_values}",
-            )
-        )
-    if op not in ("In", "NotIn"):
+    if req.operator not in ("In", "NotIn"):
         return problems
-    for index, value in enumerate(values):
+    for index, value in enumerate(req.values):
         at = format_path([*path, "values", index])
         if key == wk.CAPACITY_TYPE and value not in wk.CAPACITY_TYPES:
             expected = ", ".join(sorted(wk.CAPACITY_TYPES))
-            problems.append(Problem(at, f"expected a capacity type ({expected}), got {show(value)}"))
-        elif key == wk.ZONE and zones is not None and value not in zones:
             problems.append(
-                Problem(at, f"expected one of the scenario's zones ({', '.join(zones)}), got {show(value)}")
+                Problem(at, f"expected a capacity type ({expected}), got {show(value)}")
             )
+        elif key == wk.ZONE and zones is not None and value not in zones:
+            problems.append(Problem(at, unknown_zone(value, zones)))
         elif key == wk.INSTANCE_TYPE and catalog is not None and value not in catalog:
             problems.append(Problem(at, unknown_instance_type(value, catalog)))
         elif key == wk.INSTANCE_FAMILY and catalog is not None:
-            families = {name.partition(".")[0] for name in catalog.names()}
-            if value not in families:
-                problems.append(Problem(at, _unknown("instance family", value, families)))
+            message = unknown_family(value, catalog)
+            if message:
+                problems.append(Problem(at, message))
     return problems
-
-
-def unknown_instance_type(name: str, catalog: CatalogLike) -> str:
-    """The message for a type the catalog lacks, with the closest names as suggestions."""
-    return _unknown("instance type", name, catalog.names())
-
-
-def _unknown(what: str, value: str, known: Iterable[str]) -> str:
-    close = difflib.get_close_matches(value, list(known), n=3, cutoff=0.6)
-    hint = f"; did you mean {', '.join(close)}?" if close else ""
-    return f"expected an {what} from the catalog, got unknown {what} {show(value)}{hint}"
 
 
 def _restricted_key(key: str) -> str | None:
@@ -344,7 +225,7 @@ _BUDGET_NODES = re.compile(r"^((100|[0-9]{1,2})%|[0-9]+)$")
 class Budget(ConfigModel):
     """A disruption budget: how many nodes voluntary disruption may take at once."""
 
-    nodes: Annotated[str, BeforeValidator(_text_or_int)] = "10%"
+    nodes: RequirementValue = "10%"
     schedule: str | None = None
     duration: Duration | None = None
     reasons: list[Literal["Underutilized", "Empty", "Drifted"]] | None = None
@@ -385,15 +266,6 @@ class NodePoolSpec(ConfigModel):
     limits: Limits | None = None
     weight: StrictInt | None = Field(default=None, ge=1, le=100)
     disruption: Disruption = Field(default_factory=Disruption)
-
-
-class ObjectMeta(LenientModel):
-    """Object metadata; server-written fields (uid, resourceVersion...) are ignored."""
-
-    name: ObjectName
-    namespace: str | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
-    annotations: dict[str, str] = Field(default_factory=dict)
 
 
 class NodePool(ConfigModel):
@@ -493,13 +365,38 @@ def check_nodepool(
         reason = _restricted_key(key)
         if reason:
             at = format_path([*template, "metadata", "labels", key])
-            problems.append(Problem(at, f"expected a label key spotwright may set, got {show(key)}: {reason}"))
+            problems.append(
+                Problem(at, f"expected a label key spotwright may set, got {show(key)}: {reason}")
+            )
     for index, req in enumerate(pool.spec.template.spec.requirements):
         path = (*template, "spec", "requirements", index)
         reason = _restricted_key(req.key)
         if reason:
             problems.append(
-                Problem(format_path([*path, "key"]), f"expected a well-known or custom label key, got {show(req.key)}: {reason}")
+                Problem(
+                    format_path([*path, "key"]),
+                    f"expected a well-known or custom label key, got {show(req.key)}: {reason}",
+                )
             )
         problems.extend(check_requirement(req, path, zones=zones, catalog=catalog))
     return problems
+
+
+def parse_nodepool(
+    data: Any,
+    *,
+    source: str,
+    zones: Sequence[str] | None = None,
+    catalog: CatalogLike | None = None,
+) -> NodePool:
+    """Validate and check one NodePool document; raises ``ScenarioError`` listing problems."""
+    if not isinstance(data, dict):
+        raise ScenarioError(source, [Problem("", f"expected a NodePool mapping, got {show(data)}")])
+    try:
+        pool = NodePool.model_validate(data)
+    except ValidationError as exc:
+        raise ScenarioError(source, problems_from_validation(exc, data, NodePool)) from None
+    problems = check_nodepool(pool, zones=zones, catalog=catalog)
+    if problems:
+        raise ScenarioError(source, problems)
+    return pool

@@ -16,14 +16,19 @@ from spotwright.model.resources import Resources
 __all__ = [
     "Deployment",
     "Effect",
+    "LabelSelector",
     "Node",
     "NodeClaim",
     "NodeSelectorRequirement",
     "Operator",
     "Pod",
+    "PodAffinityTerm",
     "PodDisruptionBudget",
+    "PreferredSchedulingTerm",
     "Taint",
     "Toleration",
+    "TopologySpreadConstraint",
+    "WeightedPodAffinityTerm",
 ]
 
 Effect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
@@ -37,7 +42,9 @@ class Taint:
     value: str = ""
 
     def __str__(self) -> str:
-        return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+        return (
+            f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +65,58 @@ class NodeSelectorRequirement:
     operator: Operator
     values: tuple[str, ...] = ()
     min_values: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LabelSelector:
+    """A pod label selector: ``match_labels`` pairs AND ``match_expressions``.
+
+    Pairs rather than a dict so the selector is hashable: the scheduler groups identical
+    pods by their constraints. Expressions use In, NotIn, Exists and DoesNotExist.
+    """
+
+    match_labels: tuple[tuple[str, str], ...] = ()
+    match_expressions: tuple[NodeSelectorRequirement, ...] = ()
+
+    @classmethod
+    def of(cls, labels: dict[str, str]) -> LabelSelector:
+        return cls(match_labels=tuple(sorted(labels.items())))
+
+
+@dataclass(frozen=True, slots=True)
+class TopologySpreadConstraint:
+    """``spec.topologySpreadConstraints[]``; ``min_domains`` only with DoNotSchedule."""
+
+    topology_key: str
+    max_skew: int = 1
+    when_unsatisfiable: Literal["DoNotSchedule", "ScheduleAnyway"] = "DoNotSchedule"
+    selector: LabelSelector = field(default_factory=LabelSelector)
+    min_domains: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PodAffinityTerm:
+    """One pod (anti-)affinity term; empty ``namespaces`` means the pod's own namespace."""
+
+    topology_key: str
+    selector: LabelSelector = field(default_factory=LabelSelector)
+    namespaces: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class WeightedPodAffinityTerm:
+    """A preferredDuringScheduling pod (anti-)affinity term."""
+
+    weight: int
+    term: PodAffinityTerm
+
+
+@dataclass(frozen=True, slots=True)
+class PreferredSchedulingTerm:
+    """A preferredDuringScheduling node affinity term: an AND of requirements."""
+
+    weight: int
+    requirements: tuple[NodeSelectorRequirement, ...]
 
 
 @dataclass(slots=True, eq=False)
@@ -93,6 +152,15 @@ class Pod:
     deleting_since: float | None = None
     evicted: bool = False
     annotations: dict[str, str] = field(default_factory=dict)
+    # Scheduling constraints beyond node selection (all optional, used by ``scheduling``).
+    topology_spread: tuple[TopologySpreadConstraint, ...] = ()
+    pod_affinity: tuple[PodAffinityTerm, ...] = ()
+    pod_anti_affinity: tuple[PodAffinityTerm, ...] = ()
+    preferred_affinity: tuple[PreferredSchedulingTerm, ...] = ()
+    preferred_pod_affinity: tuple[WeightedPodAffinityTerm, ...] = ()
+    preferred_pod_anti_affinity: tuple[WeightedPodAffinityTerm, ...] = ()
+    #: RuntimeClass overhead, added to ``requests`` when fitting the pod.
+    overhead: Resources = field(default_factory=Resources)
 
     @property
     def key(self) -> str:

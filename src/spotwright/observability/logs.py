@@ -27,7 +27,7 @@ _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
 
 def get_logger(name: str) -> Any:
     """A logger bound to a component name (``provisioner``, ``interruption``...)."""
-    return structlog.get_logger(logger=name)
+    return structlog.get_logger(component=name)
 
 
 def _timestamp(seconds: float) -> str:
@@ -38,7 +38,7 @@ def _timestamp(seconds: float) -> str:
 def _text(event: MutableMapping[str, Any]) -> str:
     ts = event.pop("timestamp")
     level = _LEVEL_NAMES.get(event.pop("level"), "INFO")
-    logger = event.pop("logger", "spotwright")
+    logger = event.pop("component", "spotwright")
     message = event.pop("event")
     fields = f" {json.dumps(event, default=str, separators=(', ', ': '))}" if event else ""
     return f"{ts} {level:<5} {logger} {message}{fields}"

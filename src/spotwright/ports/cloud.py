@@ -93,9 +93,10 @@ class InsufficientCapacityError(CloudError):
 
     def __init__(self, errors: Sequence[OfferingError]) -> None:
         codes = sorted({e.code for e in errors})
-        super().__init__(codes[0] if codes else "InsufficientInstanceCapacity", "; ".join(
-            f"{e.code}: {e.message}" for e in errors[:3]
-        ))
+        super().__init__(
+            codes[0] if codes else "InsufficientInstanceCapacity",
+            "; ".join(f"{e.code}: {e.message}" for e in errors[:3]),
+        )
         self.errors = tuple(errors)
 
 

@@ -58,9 +58,7 @@ def simulate(
     """Run ``scenario`` and return its summary (the ``--json`` document)."""
     run_seed = scenario.seed if seed is None else seed
     end = scenario.duration if until is None else min(until, scenario.duration)
-    return run_virtual(
-        _run(scenario, catalog, run_seed, end, settings or Settings(), progress)
-    )
+    return run_virtual(_run(scenario, catalog, run_seed, end, settings or Settings(), progress))
 
 
 async def _run(
@@ -163,8 +161,11 @@ def _apply(event: object, world: SimWorld, clock: LoopClock) -> None:
             zone=event.zone,
             rebalance_lead_seconds=event.rebalance_lead_seconds,
         )
-        log.info("market interrupting instances", requested=event.count,
-                 instances=", ".join(i.id for i in hit) or "<none running>")
+        log.info(
+            "market interrupting instances",
+            requested=event.count,
+            instances=", ".join(i.id for i in hit) or "<none running>",
+        )
     elif isinstance(event, CapacityEvent):
         world.market.set_capacity(
             event.capacity_type,
@@ -172,9 +173,13 @@ def _apply(event: object, world: SimWorld, clock: LoopClock) -> None:
             zones=event.zones,
             available=event.available,
         )
-        log.info("market capacity changed", capacity_type=event.capacity_type,
-                 available=event.available, instance_types=event.instance_types or "all",
-                 zones=event.zones or "all")
+        log.info(
+            "market capacity changed",
+            capacity_type=event.capacity_type,
+            available=event.available,
+            instance_types=event.instance_types or "all",
+            zones=event.zones or "all",
+        )
         if event.for_seconds is not None:
             loop.call_later(
                 event.for_seconds,
@@ -187,8 +192,11 @@ def _apply(event: object, world: SimWorld, clock: LoopClock) -> None:
             )
     elif isinstance(event, QuotaEvent):
         world.market.set_quota(event.capacity_type, event.max_instances)
-        log.info("market quota changed", capacity_type=event.capacity_type,
-                 max_instances=event.max_instances)
+        log.info(
+            "market quota changed",
+            capacity_type=event.capacity_type,
+            max_instances=event.max_instances,
+        )
         if event.for_seconds is not None:
             loop.call_later(
                 event.for_seconds, lambda: world.market.set_quota(event.capacity_type, None)

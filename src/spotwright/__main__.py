@@ -1,0 +1,5 @@
+"""``python -m spotwright`` is the ``spotwright`` command."""
+
+from spotwright.cli import main
+
+main()

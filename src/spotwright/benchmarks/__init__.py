@@ -1,0 +1,1 @@
+"""Benchmarks that print figures; the CLI's ``spotwright bench`` runs them."""
