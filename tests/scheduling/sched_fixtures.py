@@ -35,8 +35,9 @@ def itype(
         arch=arch,
         gpu_count=gpu,
         gpu_name="a10g" if gpu else "",
-        allocatable=Resources(cpu=vcpu * 1000, memory=mem_gib * GIB, gpu=gpu, pods=pods,
-                              ephemeral=100 * GIB),
+        allocatable=Resources(
+            cpu=vcpu * 1000, memory=mem_gib * GIB, gpu=gpu, pods=pods, ephemeral=100 * GIB
+        ),
         od_price=price,
         spot_savings_pct=60.0,
         interruption_band=1,

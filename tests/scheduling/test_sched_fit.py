@@ -22,15 +22,18 @@ def test_tolerates() -> None:
 def test_node_fit_reasons() -> None:
     p = pod("p", cpu=500, mem_gib=1)
     assert node_fit(p, labels={}, taints=[], unschedulable=False, free=FREE) is None
-    assert node_fit(p, labels={}, taints=[], unschedulable=True, free=FREE) == "node is unschedulable"
+    assert (
+        node_fit(p, labels={}, taints=[], unschedulable=True, free=FREE) == "node is unschedulable"
+    )
     big = pod("big", cpu=4000)
     assert node_fit(big, labels={}, taints=[], unschedulable=False, free=FREE) == "Insufficient cpu"
     assert (
         node_fit(p, labels={}, taints=[], unschedulable=False, free=Resources(4000, 8 * GIB, 0, 0))
         == "Too many pods"
     )
-    reason = node_fit(p, labels={}, taints=[Taint("k", "NoSchedule", "v")], unschedulable=False,
-                      free=FREE)
+    reason = node_fit(
+        p, labels={}, taints=[Taint("k", "NoSchedule", "v")], unschedulable=False, free=FREE
+    )
     assert reason == "node(s) had untolerated taint {k: v}"
     sel = pod("sel", node_selector={wk.ARCH: "arm64"})
     assert (

@@ -54,5 +54,6 @@ def test_zone_requirement_and_truncation() -> None:
         Offering("a.large", "z2", wk.SPOT, 0.03),
         Offering("b.large", "z2", wk.SPOT, 0.02),
     ]
-    ct, chosen = choose_offerings(claim(R(wk.ZONE, "In", ("z2",))), TYPES, offers, max_types=1)  # type: ignore[misc]
+    zoned = claim(R(wk.ZONE, "In", ("z2",)))
+    _, chosen = choose_offerings(zoned, TYPES, offers, max_types=1)  # type: ignore[misc]
     assert [(o.instance_type, o.zone) for o in chosen] == [("b.large", "z2")]

@@ -28,8 +28,10 @@ def test_claims_are_shared_and_cheapest_first() -> None:
     assert sum(len(c.pods) for c in plan.new_claims) == 6
     claim = plan.new_claims[0]
     assert claim.requests.cpu == 500 * len(claim.pods)
-    prices = [min(o.price for o in OFFERS if o.instance_type == n and o.available)
-              for n in claim.instance_types]
+    prices = [
+        min(o.price for o in OFFERS if o.instance_type == n and o.available)
+        for n in claim.instance_types
+    ]
     assert prices == sorted(prices)
     reqs = {r.key: r for r in claim.requirements}
     assert reqs[wk.INSTANCE_TYPE].values == claim.instance_types
@@ -46,8 +48,9 @@ def test_cost_cap_avoids_one_giant_node() -> None:
 
 
 def test_weights_and_requirements() -> None:
-    spot_only = NodePoolTemplate("spot", weight=10,
-                                 requirements=(R(wk.CAPACITY_TYPE, "In", (wk.SPOT,)),))
+    spot_only = NodePoolTemplate(
+        "spot", weight=10, requirements=(R(wk.CAPACITY_TYPE, "In", (wk.SPOT,)),)
+    )
     p = pod("od", node_selector={wk.CAPACITY_TYPE: wk.ON_DEMAND})
     q = pod("any")
     plan = schedule([p, q], [], [DEFAULT, spot_only], TYPES, OFFERS)
@@ -94,9 +97,12 @@ def test_limits() -> None:
 
 
 def test_unavailable_offerings_are_ignored() -> None:
-    gone = [o if o.instance_type != "c5.large" else
-            type(o)(o.instance_type, o.zone, o.capacity_type, o.price, available=False)
-            for o in OFFERS]
+    gone = [
+        o
+        if o.instance_type != "c5.large"
+        else type(o)(o.instance_type, o.zone, o.capacity_type, o.price, available=False)
+        for o in OFFERS
+    ]
     plan = schedule([pod("p", cpu=500, mem_gib=1)], [], [DEFAULT], TYPES, gone)
     assert "c5.large" not in plan.new_claims[0].instance_types
     nothing = [type(o)(o.instance_type, o.zone, o.capacity_type, o.price, False) for o in OFFERS]
@@ -106,8 +112,14 @@ def test_unavailable_offerings_are_ignored() -> None:
 
 def test_daemon_overhead_counts() -> None:
     small = [itype("t.small", 1, 2, 0.01), itype("t.big", 4, 8, 0.05)]
-    plan = schedule([pod("p", cpu=800, mem_gib=1)], [], [DEFAULT], small, offers(small),
-                    daemon_overhead=Resources(cpu=300, memory=GIB // 4, pods=1))
+    plan = schedule(
+        [pod("p", cpu=800, mem_gib=1)],
+        [],
+        [DEFAULT],
+        small,
+        offers(small),
+        daemon_overhead=Resources(cpu=300, memory=GIB // 4, pods=1),
+    )
     assert plan.new_claims[0].instance_types == ("t.big",)
 
 
@@ -118,6 +130,8 @@ def test_identical_pods_group_quickly() -> None:
 
 
 def test_required_affinity_terms_are_alternatives() -> None:
-    p = pod("p", required_affinity=((R(wk.ARCH, "In", ("s390x",)),), (R(wk.ARCH, "In", ("arm64",)),)))
+    p = pod(
+        "p", required_affinity=((R(wk.ARCH, "In", ("s390x",)),), (R(wk.ARCH, "In", ("arm64",)),))
+    )
     plan = schedule([p], [], [DEFAULT], TYPES, OFFERS)
     assert plan.new_claims[0].instance_types == ("m6g.xlarge",)

@@ -7,8 +7,14 @@ from hypothesis import strategies as st
 from sched_fixtures import GIB, itype
 
 from spotwright.model import labels as wk
-from spotwright.model.objects import LabelSelector, NodeSelectorRequirement, Pod, PodAffinityTerm
-from spotwright.model.objects import Taint, Toleration
+from spotwright.model.objects import (
+    LabelSelector,
+    NodeSelectorRequirement,
+    Pod,
+    PodAffinityTerm,
+    Taint,
+    Toleration,
+)
 from spotwright.model.resources import Resources
 from spotwright.ports.cloud import Offering
 from spotwright.scheduling import (
@@ -51,7 +57,7 @@ offerings_st = st.lists(
     max_size=40,
 )
 
-selector_st = st.one_of(
+selector_st: st.SearchStrategy[dict[str, str]] = st.one_of(
     st.just({}),
     st.fixed_dictionaries({wk.ARCH: st.sampled_from(["amd64", "arm64"])}),
     st.fixed_dictionaries({wk.CAPACITY_TYPE: st.sampled_from(CTS)}),
@@ -94,30 +100,40 @@ def pools_st(draw: st.DrawFn) -> list[NodePoolTemplate]:
     for i in range(draw(st.integers(1, 3))):
         reqs = []
         if draw(st.booleans()):
-            reqs.append(NodeSelectorRequirement(
-                wk.CAPACITY_TYPE, "In", tuple(draw(st.sets(st.sampled_from(CTS), min_size=1)))
-            ))
+            reqs.append(
+                NodeSelectorRequirement(
+                    wk.CAPACITY_TYPE, "In", tuple(draw(st.sets(st.sampled_from(CTS), min_size=1)))
+                )
+            )
         if draw(st.booleans()):
             reqs.append(NodeSelectorRequirement(wk.ARCH, "In", ("amd64",)))
         limited = draw(st.booleans())
-        out.append(NodePoolTemplate(
-            name=f"pool{i}",
-            weight=draw(st.integers(0, 3)),
-            requirements=tuple(reqs),
-            labels={"team": draw(st.sampled_from(["a", "b"]))} if draw(st.booleans()) else {},
-            taints=(TAINT,) if draw(st.booleans()) else (),
-            remaining=(Resources(cpu=draw(st.integers(0, 40)) * 1000, memory=2**62, gpu=2**62)
-                       if limited else None),
-            nodes_remaining=draw(st.one_of(st.none(), st.integers(0, 4))),
-        ))
+        out.append(
+            NodePoolTemplate(
+                name=f"pool{i}",
+                weight=draw(st.integers(0, 3)),
+                requirements=tuple(reqs),
+                labels={"team": draw(st.sampled_from(["a", "b"]))} if draw(st.booleans()) else {},
+                taints=(TAINT,) if draw(st.booleans()) else (),
+                remaining=(
+                    Resources(cpu=draw(st.integers(0, 40)) * 1000, memory=2**62, gpu=2**62)
+                    if limited
+                    else None
+                ),
+                nodes_remaining=draw(st.one_of(st.none(), st.integers(0, 4))),
+            )
+        )
     return out
 
 
 def _offering_ok(claim: ClaimPlan, o: Offering) -> bool:
     reqs = Requirements.from_terms(claim.requirements)
     zone, ct = reqs.get(wk.ZONE), reqs.get(wk.CAPACITY_TYPE)
-    return (o.available and (zone is None or zone.allows(o.zone))
-            and (ct is None or ct.allows(o.capacity_type)))
+    return (
+        o.available
+        and (zone is None or zone.allows(o.zone))
+        and (ct is None or ct.allows(o.capacity_type))
+    )
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -125,10 +141,14 @@ def _offering_ok(claim: ClaimPlan, o: Offering) -> bool:
 def test_no_hard_constraint_is_violated(
     pods: list[Pod], pools: list[NodePoolTemplate], offerings: list[Offering], free_cpu: int
 ) -> None:
-    existing = [ExistingCapacity(
-        "node-1", {wk.ZONE: "z-a", wk.HOSTNAME: "node-1", wk.ARCH: "amd64", "team": "a"},
-        taints=(TAINT,), free=Resources(free_cpu, 4 * GIB, pods=3),
-    )]
+    existing = [
+        ExistingCapacity(
+            "node-1",
+            {wk.ZONE: "z-a", wk.HOSTNAME: "node-1", wk.ARCH: "amd64", "team": "a"},
+            taints=(TAINT,),
+            free=Resources(free_cpu, 4 * GIB, pods=3),
+        )
+    ]
     plan = schedule(pods, existing, pools, TYPES, offerings, daemon_overhead=OVERHEAD)
     keys = [p.key for p in pods]
     placed = list(plan.existing) + [p.key for c in plan.new_claims for p in c.pods]
@@ -163,8 +183,13 @@ def test_no_hard_constraint_is_violated(
             if pool.remaining is not None:
                 assert itype.allocatable.cpu <= pool.remaining.cpu
             for o in usable:
-                labels = {**pool.labels, **itype.labels, wk.ZONE: o.zone,
-                          wk.CAPACITY_TYPE: o.capacity_type, wk.NODEPOOL: pool.name}
+                labels = {
+                    **pool.labels,
+                    **itype.labels,
+                    wk.ZONE: o.zone,
+                    wk.CAPACITY_TYPE: o.capacity_type,
+                    wk.NODEPOOL: pool.name,
+                }
                 assert Requirements.from_terms(pool.requirements).matches(labels)
                 for p in claim.pods:
                     assert any(t.matches(labels) for t in pod_requirements(p)), (p, labels)
@@ -178,13 +203,19 @@ def test_no_hard_constraint_is_violated(
 
 
 @settings(max_examples=200, deadline=None)
-@given(offerings=offerings_st, allowed=st.sets(st.sampled_from(CTS), min_size=1),
-       max_types=st.integers(1, 4))
+@given(
+    offerings=offerings_st,
+    allowed=st.sets(st.sampled_from(CTS), min_size=1),
+    max_types=st.integers(1, 4),
+)
 def test_choose_offerings_rules(
     offerings: list[Offering], allowed: set[str], max_types: int
 ) -> None:
     claim = ClaimPlan(
-        "default", [], Resources(cpu=500), tuple(BY_NAME),
+        "default",
+        [],
+        Resources(cpu=500),
+        tuple(BY_NAME),
         (NodeSelectorRequirement(wk.CAPACITY_TYPE, "In", tuple(sorted(allowed))),),
     )
     result = choose_offerings(claim, BY_NAME, offerings, max_types=max_types)
@@ -195,13 +226,17 @@ def test_choose_offerings_rules(
     on_demand = [o.price for o in usable if o.capacity_type == wk.ON_DEMAND]
     ceiling = min(on_demand) if on_demand else None
     eligible = [
-        o for o in usable
+        o
+        for o in usable
         if not (o.capacity_type == wk.SPOT and ceiling is not None and o.price > ceiling)
     ]
     assert result is not None
     ct, chosen = result
-    expected = next(c for c in (wk.RESERVED, wk.SPOT, wk.ON_DEMAND)
-                    if any(o.capacity_type == c for o in eligible))
+    expected = next(
+        c
+        for c in (wk.RESERVED, wk.SPOT, wk.ON_DEMAND)
+        if any(o.capacity_type == c for o in eligible)
+    )
     assert ct == expected
     assert chosen and all(o.available and o.capacity_type == ct for o in chosen)
     assert [o.price for o in chosen] == sorted(o.price for o in chosen)

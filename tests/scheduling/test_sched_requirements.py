@@ -22,7 +22,9 @@ def test_exists_and_does_not_exist() -> None:
 
 
 def test_gt_lt_bounds() -> None:
-    reqs = Requirements.from_terms([R(wk.INSTANCE_CPU, "Gt", ("3",)), R(wk.INSTANCE_CPU, "Lt", ("9",))])
+    reqs = Requirements.from_terms(
+        [R(wk.INSTANCE_CPU, "Gt", ("3",)), R(wk.INSTANCE_CPU, "Lt", ("9",))]
+    )
     assert reqs.matches({wk.INSTANCE_CPU: "4"}) and reqs.matches({wk.INSTANCE_CPU: "8"})
     assert not reqs.matches({wk.INSTANCE_CPU: "3"}) and not reqs.matches({wk.INSTANCE_CPU: "9"})
     assert not reqs.matches({wk.INSTANCE_CPU: "x"})
@@ -43,7 +45,9 @@ def test_compatible_karpenter_semantics() -> None:
     assert pool.compatible(Requirements.from_terms([R("team", "NotIn", ("a",))]))
     labelled = pool.intersect(Requirements.from_labels({"team": "a"}))
     assert labelled.compatible(Requirements.from_labels({"team": "a"}))
-    assert pool.conflict(Requirements.from_labels({wk.CAPACITY_TYPE: "on-demand"})) == wk.CAPACITY_TYPE
+    assert (
+        pool.conflict(Requirements.from_labels({wk.CAPACITY_TYPE: "on-demand"})) == wk.CAPACITY_TYPE
+    )
 
 
 def test_aliases_are_normalised() -> None:

@@ -60,8 +60,9 @@ def test_hostname_anti_affinity_one_per_node() -> None:
 def test_inverse_anti_affinity_from_existing_pod() -> None:
     anti = (PodAffinityTerm(wk.HOSTNAME, SEL),)
     owner = pod("owner", labels={"app": "db"}, pod_anti_affinity=anti)
-    node = ExistingCapacity("n1", {wk.HOSTNAME: "n1"}, free=Resources(8000, 2**36, pods=50),
-                            pods=(owner,))
+    node = ExistingCapacity(
+        "n1", {wk.HOSTNAME: "n1"}, free=Resources(8000, 2**36, pods=50), pods=(owner,)
+    )
     web = pod("web", labels=dict(APP))
     other = pod("other", labels={"app": "cache"})
     plan = schedule([web, other], [node], [DEFAULT], TYPES, OFFERS)
@@ -77,8 +78,7 @@ def test_hostname_spread_max_skew_two() -> None:
 
 def test_zonal_self_affinity_keeps_one_zone() -> None:
     aff = (PodAffinityTerm(wk.ZONE, SEL),)
-    pods = [pod(f"p{i}", cpu=4000, mem_gib=4, labels=dict(APP), pod_affinity=aff)
-            for i in range(6)]
+    pods = [pod(f"p{i}", cpu=4000, mem_gib=4, labels=dict(APP), pod_affinity=aff) for i in range(6)]
     plan = schedule(pods, [], [DEFAULT], TYPES, OFFERS)
     assert len(set(zone_of(plan).values())) == 1 and not plan.unschedulable
 
@@ -93,8 +93,9 @@ def test_affinity_to_missing_pods_is_unschedulable() -> None:
 def test_preferences_relax() -> None:
     pref = (WeightedPodAffinityTerm(10, PodAffinityTerm(wk.HOSTNAME, SEL)),)
     one_node = NodePoolTemplate("default", nodes_remaining=1)
-    pods = [pod(f"p{i}", cpu=100, labels=dict(APP), preferred_pod_anti_affinity=pref)
-            for i in range(3)]
+    pods = [
+        pod(f"p{i}", cpu=100, labels=dict(APP), preferred_pod_anti_affinity=pref) for i in range(3)
+    ]
     plan = schedule(pods, [], [one_node], TYPES, OFFERS)
     assert not plan.unschedulable and len(plan.new_claims) == 1
     node_pref = (PreferredSchedulingTerm(5, (NodeSelectorRequirement(wk.ARCH, "In", ("s390x",)),)),)

@@ -68,8 +68,9 @@ def synthetic_instance_types(count: int = 400) -> tuple[list[InstanceType], list
             arch="amd64",
             gpu_count=0,
             gpu_name="",
-            allocatable=Resources(cpu=1000 * size, memory=2 * size * _GIB, pods=10 * size,
-                                  ephemeral=100 * _GIB),
+            allocatable=Resources(
+                cpu=1000 * size, memory=2 * size * _GIB, pods=10 * size, ephemeral=100 * _GIB
+            ),
             od_price=price,
             spot_savings_pct=0.0,
             interruption_band=0,
@@ -97,16 +98,15 @@ def _diverse_pods(count: int, seed: int) -> list[Pod]:
                 name=f"{kind}-{j}",
                 uid=f"{kind_index:02d}-{j:07d}",
                 labels=labels,
-                requests=Resources(cpu=rng.choice(_CPU_CHOICES),
-                                   memory=rng.choice(_MEMORY_CHOICES) * _MIB),
+                requests=Resources(
+                    cpu=rng.choice(_CPU_CHOICES), memory=rng.choice(_MEMORY_CHOICES) * _MIB
+                ),
                 created_at=float(len(pods)),
             )
             if kind == "zone-spread":
                 pod.topology_spread = (TopologySpreadConstraint(wk.ZONE, 1, selector=selector),)
             elif kind == "host-spread":
-                pod.topology_spread = (
-                    TopologySpreadConstraint(wk.HOSTNAME, 1, selector=selector),
-                )
+                pod.topology_spread = (TopologySpreadConstraint(wk.HOSTNAME, 1, selector=selector),)
             elif kind == "zone-affinity":
                 pod.pod_affinity = (PodAffinityTerm(wk.ZONE, selector),)
             elif kind == "host-anti":
@@ -141,7 +141,7 @@ def pod_bound(
     pods: Sequence[Pod],
     instance_types: Sequence[InstanceType],
     offerings: Sequence[Offering],
-    steps: int = 20,
+    steps: int = 10,
 ) -> float:
     """A tighter valid lower bound that keeps every pod whole.
 
@@ -156,11 +156,16 @@ def pod_bound(
     for offer in offerings:
         itype = by_name.get(offer.instance_type)
         if offer.available and itype is not None and not itype.gpu_count:
-            cheapest[offer.instance_type] = min(cheapest.get(offer.instance_type, offer.price),
-                                                offer.price)
+            cheapest[offer.instance_type] = min(
+                cheapest.get(offer.instance_type, offer.price), offer.price
+            )
     caps = [
-        (by_name[n].allocatable.cpu, by_name[n].allocatable.memory, by_name[n].allocatable.pods,
-         price)
+        (
+            by_name[n].allocatable.cpu,
+            by_name[n].allocatable.memory,
+            by_name[n].allocatable.pods,
+            price,
+        )
         for n, price in cheapest.items()
     ]
     shapes: dict[tuple[int, int], int] = {}
@@ -174,9 +179,11 @@ def pod_bound(
             total = 0.0
             for (cpu, mem), count in shapes.items():
                 per_pod = min(
-                    (price * (wa * cpu / ccpu + wb * mem / cmem + wc / cpods)
-                     for ccpu, cmem, cpods, price in caps
-                     if ccpu >= cpu and cmem >= mem and cpods >= 1),
+                    (
+                        price * (wa * cpu / ccpu + wb * mem / cmem + wc / cpods)
+                        for ccpu, cmem, cpods, price in caps
+                        if ccpu >= cpu and cmem >= mem and cpods >= 1
+                    ),
                     default=0.0,
                 )
                 total += count * per_pod
@@ -253,8 +260,14 @@ def run_identical_benchmark(pods: int = 10_000) -> dict[str, Any]:
     """One Deployment of identical pods (500m, 1Gi), on the bundled catalog if present."""
     types, offerings, source = _catalog()
     batch = [
-        Pod(name=f"web-{i}", uid=f"{i:07d}", labels={"app": "web"}, owner="web",
-            requests=Resources(cpu=500, memory=_GIB), created_at=0.0)
+        Pod(
+            name=f"web-{i}",
+            uid=f"{i:07d}",
+            labels={"app": "web"},
+            owner="web",
+            requests=Resources(cpu=500, memory=_GIB),
+            created_at=0.0,
+        )
         for i in range(pods)
     ]
     result = _run("identical", batch, types, offerings, NodePoolTemplate(name="default"))
@@ -267,10 +280,14 @@ def run_catalog_mix_benchmark(pods: int = 2000, seed: int = 0) -> dict[str, Any]
     types, offerings, source = _catalog()
     rng = random.Random(seed)
     batch = [
-        Pod(name=f"mix-{i}", uid=f"{i:07d}",
-            requests=Resources(cpu=rng.choice(_CPU_CHOICES),
-                               memory=rng.choice(_MEMORY_CHOICES) * _MIB),
-            created_at=float(i))
+        Pod(
+            name=f"mix-{i}",
+            uid=f"{i:07d}",
+            requests=Resources(
+                cpu=rng.choice(_CPU_CHOICES), memory=rng.choice(_MEMORY_CHOICES) * _MIB
+            ),
+            created_at=float(i),
+        )
         for i in range(pods)
     ]
     result = _run("catalog-mix", batch, types, offerings, NodePoolTemplate(name="default"))

@@ -52,13 +52,8 @@ class Provisioner:
                 await self._trigger.wait()
                 started = self.ctx.clock.now()
                 await self._batch()
-                log.info(
-                    "batched pods",
-                    pods=len(self._pending_keys),
-                    duration=f"{self.ctx.clock.now() - started:.1f}s",
-                )
-                self._pending_keys.clear()
-                await self.reconcile()
+                batched, self._pending_keys = len(self._pending_keys), set()
+                await self.reconcile(batched=batched, waited=self.ctx.clock.now() - started)
         finally:
             watcher.cancel()
             retry.cancel()
@@ -102,8 +97,12 @@ class Provisioner:
             except TimeoutError:
                 return
 
-    async def reconcile(self) -> list[NodeClaim]:
-        """One scheduling round; returns the claims it created."""
+    async def reconcile(self, *, batched: int = 0, waited: float = 0.0) -> list[NodeClaim]:
+        """One scheduling round; returns the claims it created.
+
+        Rounds that change nothing (pods already covered by booting claims) stay silent, so
+        the log shows decisions rather than the retry heartbeat.
+        """
         ctx = self.ctx
         now = ctx.clock.now()
         pods, existing = self._snapshot()
@@ -128,6 +127,7 @@ class Provisioner:
             )
         if not plan.new_claims:
             return []
+        log.info("batched pods", pods=max(batched, len(pods)), duration=f"{waited:.1f}s")
         log.info(
             "computed packing",
             nodeclaims=len(plan.new_claims),

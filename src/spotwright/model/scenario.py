@@ -66,7 +66,6 @@ __all__ = [
     "parse_scenario",
 ]
 
-API_VERSION = "spotwright.io/v1alpha1"
 CapacityType = Literal["spot", "on-demand", "reserved"]
 
 

@@ -78,9 +78,7 @@ class TypeSlot:
 class Candidates:
     """The types compatible with one requirement set, cheapest first (immutable)."""
 
-    __slots__ = (
-        "_anchor", "_frontier", "_values", "_zc", "max_alloc", "prices", "reqs", "types"
-    )
+    __slots__ = ("_anchor", "_frontier", "_values", "_zc", "max_alloc", "prices", "reqs", "types")
 
     def __init__(self, reqs: Requirements, pairs: list[tuple[float, TypeSlot]]) -> None:
         pairs.sort(key=lambda p: (p[0], p[1].name))
@@ -98,8 +96,10 @@ class Candidates:
         found = self._zc.get(i)
         if found is None:
             slot = self.types[i]
-            found = (slot.values_under(wk.ZONE, self.reqs),
-                     slot.values_under(wk.CAPACITY_TYPE, self.reqs))
+            found = (
+                slot.values_under(wk.ZONE, self.reqs),
+                slot.values_under(wk.CAPACITY_TYPE, self.reqs),
+            )
             self._zc[i] = found
         return found
 

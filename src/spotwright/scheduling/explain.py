@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING
 from spotwright.model.objects import Pod
 from spotwright.model.resources import GPU
 from spotwright.scheduling.requirements import Requirements, canonical_key
+from spotwright.scheduling.state import Pool
 from spotwright.scheduling.taints import tolerates, untolerated_prefer_no_schedule
 
 if TYPE_CHECKING:
-    from spotwright.scheduling.packing import Pool, _Scheduler
+    from spotwright.scheduling.packing import _Scheduler
     from spotwright.scheduling.queue import Group, Variant
 
 __all__ = ["explain"]
@@ -45,9 +46,10 @@ def _pool_reason(sched: _Scheduler, pool: Pool, group: Group, v: Variant) -> str
     key = pool.reqs.conflict(v.reqs)
     if key is not None:
         mine = pool.reqs.get(key)
+        theirs = _pod_side(pod, key, v.reqs)
         if mine is None:
-            return f"incompatible with {name}: {_pod_side(pod, key, v.reqs)} but the NodePool sets no {key} label"
-        return f"incompatible with {name}: requirement {mine.describe(key)} vs {_pod_side(pod, key, v.reqs)}"
+            return f"incompatible with {name}: {theirs} but the NodePool sets no {key} label"
+        return f"incompatible with {name}: requirement {mine.describe(key)} vs {theirs}"
     reqs = pool.reqs.intersect(v.reqs)
     cands = sched.catalog.candidates(reqs)
     if not cands.types:
@@ -104,4 +106,3 @@ def explain(sched: _Scheduler, group: Group) -> str:
     if v.has_terms and all("cannot satisfy" in r for r in reasons):
         return f"{_terms(v)} cannot be satisfied by any NodePool or existing node"
     return "; ".join(dict.fromkeys(reasons))
-

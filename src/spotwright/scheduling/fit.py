@@ -45,8 +45,9 @@ def node_fit(
     free: Resources,
 ) -> str | None:
     """None if ``pod`` may bind to the node, else kube-scheduler's reason why not."""
-    if unschedulable and not any(toleration_matches(t, _UNSCHEDULABLE_TAINT)
-                                 for t in pod.tolerations):
+    if unschedulable and not any(
+        toleration_matches(t, _UNSCHEDULABLE_TAINT) for t in pod.tolerations
+    ):
         return "node is unschedulable"
     if not any(term.matches(labels) for term in pod_requirements(pod)):
         return "node(s) didn't match Pod's node affinity/selector"

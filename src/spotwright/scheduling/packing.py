@@ -15,96 +15,40 @@ claims fill cost-efficient types; the claim's cost is still its cheapest fitting
 
 from __future__ import annotations
 
-import math
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field
 
 from spotwright.catalog._types import InstanceType
 from spotwright.model import labels as wk
 from spotwright.model.objects import NodeSelectorRequirement, Pod, Taint
 from spotwright.model.resources import Resources
 from spotwright.ports.cloud import Offering
-from spotwright.scheduling.candidates import Candidates, CatalogView, TypeSlot, Vec, vec
+from spotwright.scheduling.candidates import Candidates, CatalogView, Vec, vec
 from spotwright.scheduling.explain import explain
+from spotwright.scheduling.output import describe_claim
 from spotwright.scheduling.plan import ClaimPlan, ExistingCapacity, NodePoolTemplate, Plan
 from spotwright.scheduling.queue import Group, Variant, build_groups, has_topology
 from spotwright.scheduling.requirements import KeyRequirement, Requirements
+from spotwright.scheduling.state import (
+    BIG,
+    ClaimState,
+    NodeState,
+    Pool,
+    Profile,
+    plus,
+    room,
+)
 from spotwright.scheduling.taints import tolerates, untolerated_prefer_no_schedule
-from spotwright.scheduling.topology import Constraint, Counter, PodTopology, Topology
+from spotwright.scheduling.topology import PodTopology, Topology
 
 __all__ = ["schedule"]
 
-_BIG = 2**62
 _ZERO: Vec = (0, 0, 0, 0, 0)
-#: Instance types kept per claim, cheapest first (Karpenter core's MaxInstanceTypes).
-MAX_INSTANCE_TYPES = 600
-
-
-@dataclass(eq=False, slots=True)
-class Pool:
-    template: NodePoolTemplate
-    reqs: Requirements
-    cands: Candidates
-    budget: list[int] | None
-    nodes_left: int | None
-    used: list[int] = field(default_factory=lambda: [0, 0, 0, 0, 0])
-
-
-@dataclass(eq=False, slots=True)
-class _Node:
-    cap: ExistingCapacity
-    host: str
-    free: Vec
-
-
-@dataclass(eq=False, slots=True)
-class _Claim:
-    pool: Pool
-    reqs: Requirements
-    cands: Candidates
-    cap_price: float
-    host: str
-    idx: int = 0
-    total: Vec = (0, 0, 0, 0, 0)
-    contrib: Vec = (0, 0, 0, 0, 0)
-    pods: list[Pod] = field(default_factory=list)
-    retired: bool = False
-    #: variant id -> (the claim requirements it was computed for, their meet or None)
-    meets: dict[int, tuple[Requirements, Requirements | None]] = field(default_factory=dict)
-
-
-@dataclass(eq=False, slots=True)
-class _Profile:
-    """A group's topology bookkeeping for one variant."""
-
-    records: list[Counter]
-    owners: list[Counter]
-    inverse: list[Counter]
-    constraints: list[Constraint]
-
-
-def _room(cap: Vec, total: Vec, req: Vec) -> int:
-    """How many more pods of ``req`` fit into ``cap`` on top of ``total``."""
-    best = _BIG
-    for d in range(5):
-        if req[d] > 0:
-            n = (cap[d] - total[d]) // req[d]
-            if n < best:
-                best = n
-    return best
-
-
-def _plus(total: Vec, req: Vec, k: int) -> Vec:
-    return (
-        total[0] + k * req[0],
-        total[1] + k * req[1],
-        total[2] + k * req[2],
-        total[3] + k * req[3],
-        total[4] + k * req[4],
-    )
+_NO_OVERHEAD = Resources()
 
 
 class _Scheduler:
+    """One scheduling round: the pools, nodes and claims it builds, and their caches."""
+
     def __init__(
         self,
         existing: Sequence[ExistingCapacity],
@@ -123,16 +67,16 @@ class _Scheduler:
             )
             budget = None if t.remaining is None else list(vec(t.remaining))
             if budget is not None:
-                budget[3] = budget[4] = _BIG  # limits count cpu, memory and gpu
+                budget[3] = budget[4] = BIG  # limits count cpu, memory and gpu
             self.pools.append(
                 Pool(t, reqs, self.catalog.candidates(reqs), budget, t.nodes_remaining)
             )
         self.nodes = [
-            _Node(e, e.labels.get(wk.HOSTNAME, e.name), vec(e.free))
+            NodeState(e, e.labels.get(wk.HOSTNAME, e.name), vec(e.free))
             for e in sorted(existing, key=lambda e: (e.in_flight, e.name))
         ]
-        self.claims: list[_Claim] = []
-        self.open: list[_Claim] = []
+        self.claims: list[ClaimState] = []
+        self.open: list[ClaimState] = []
         self.retired = 0
         self.generation = 0
         self.plan = Plan()
@@ -143,11 +87,12 @@ class _Scheduler:
         self._meet: dict[tuple[Requirements, Requirements], Requirements | None] = {}
         self._tolerated: dict[tuple[int, int], bool] = {}
         self._node_ok: dict[tuple[int, int], bool] = {}
-        self._profiles: dict[tuple[int, int], _Profile] = {}
+        self._profiles: dict[tuple[int, int], Profile] = {}
         self.monotone = True
-        self._finished: dict[object, tuple[
-            tuple[str, ...], tuple[NodeSelectorRequirement, ...], dict[str, str], float
-        ]] = {}
+        self._finished: dict[
+            object,
+            tuple[tuple[str, ...], tuple[NodeSelectorRequirement, ...], dict[str, str], float],
+        ] = {}
 
     # -- cached static checks ------------------------------------------------------------
     def meet(self, node: Requirements, pod: Requirements) -> Requirements | None:
@@ -171,7 +116,7 @@ class _Scheduler:
             self._tolerated[key] = found
         return found
 
-    def node_static_ok(self, i: int, node: _Node, group: Group, v: Variant) -> bool:
+    def node_static_ok(self, i: int, node: NodeState, group: Group, v: Variant) -> bool:
         key = (i, v.id)
         found = self._node_ok.get(key)
         if found is None:
@@ -181,7 +126,7 @@ class _Scheduler:
             self._node_ok[key] = found
         return found
 
-    def profile(self, group: Group, v: Variant) -> _Profile | None:
+    def profile(self, group: Group, v: Variant) -> Profile | None:
         topo = self.topology
         if topo is None:
             return None
@@ -190,7 +135,7 @@ class _Scheduler:
         if found is None:
             pod = group.pods[0]
             constraints, owners = topo.constraints(pod, v.spreads, v.affinity, v.anti)
-            found = _Profile(topo.records(pod), owners, topo.inverse(pod), constraints)
+            found = Profile(topo.records(pod), owners, topo.inverse(pod), constraints)
             self._profiles[key] = found
         return found
 
@@ -224,7 +169,7 @@ class _Scheduler:
                 sq[1] / agg[1] / 2 if agg[1] else 0.0,
             )
         suffix: list[Vec] = [(0, 0, 0, 1, 0)] * (len(groups) + 1)
-        low_cpu = low_mem = _BIG
+        low_cpu = low_mem = BIG
         for i in range(len(groups) - 1, -1, -1):
             low_cpu = min(low_cpu, groups[i].req[0])
             low_mem = min(low_mem, groups[i].req[1])
@@ -273,24 +218,24 @@ class _Scheduler:
         agg[2] -= k * group.req[2]
         agg[3] -= k
 
-    def _record(self, prof: _Profile | None, k: int, host: str, domain_of: object) -> None:
+    def _record(self, prof: Profile | None, k: int, host: str, domain_of: object) -> None:
         if prof is None:
             return
         for counter in (*prof.records, *prof.owners):
             if counter.key == wk.HOSTNAME:
                 counter.add(host, k)
                 continue
-            if isinstance(domain_of, _Claim):
+            if isinstance(domain_of, ClaimState):
                 allowed = domain_of.reqs.allowed(counter.key)
                 value = next(iter(allowed)) if allowed is not None and len(allowed) == 1 else None
             else:
-                assert isinstance(domain_of, _Node)
+                assert isinstance(domain_of, NodeState)
                 value = domain_of.cap.labels.get(counter.key)
             if value is not None:
                 counter.add(value, k)
 
     def place_bulk(
-        self, group: Group, v: Variant, prof: _Profile | None, pods: list[Pod]
+        self, group: Group, v: Variant, prof: Profile | None, pods: list[Pod]
     ) -> list[Pod]:
         n, i, req = len(pods), 0, group.req
         for j, node in enumerate(self.nodes):
@@ -298,7 +243,7 @@ class _Scheduler:
                 break
             if not self.node_static_ok(j, node, group, v):
                 continue
-            k = min(_room(node.free, _ZERO, req), n - i)
+            k = min(room(node.free, _ZERO, req), n - i)
             if k <= 0:
                 continue
             self._to_node(node, pods[i : i + k], req, k)
@@ -325,7 +270,7 @@ class _Scheduler:
         self._compact()
         return pods[i:]
 
-    def place_each(self, group: Group, v: Variant, prof: _Profile, pods: list[Pod]) -> list[Pod]:
+    def place_each(self, group: Group, v: Variant, prof: Profile, pods: list[Pod]) -> list[Pod]:
         assert self.topology is not None
         left: list[Pod] = []
         req = group.req
@@ -344,7 +289,7 @@ class _Scheduler:
             for j, node in enumerate(self.nodes):
                 if (
                     self.node_static_ok(j, node, group, v)
-                    and _room(node.free, _ZERO, req) >= 1
+                    and room(node.free, _ZERO, req) >= 1
                     and pt.node_ok(node.host, node.cap.labels)
                 ):
                     self._to_node(node, [pod], req, 1)
@@ -352,7 +297,7 @@ class _Scheduler:
                     placed = True
                     break
             if not placed:
-                kept: list[_Claim] = []
+                kept: list[ClaimState] = []
                 for i, claim in enumerate(alive):
                     if claim.retired:
                         continue
@@ -380,8 +325,8 @@ class _Scheduler:
         self._compact()
         return left
 
-    def _to_node(self, node: _Node, pods: list[Pod], req: Vec, k: int) -> None:
-        node.free = _plus(node.free, req, -k)
+    def _to_node(self, node: NodeState, pods: list[Pod], req: Vec, k: int) -> None:
+        node.free = plus(node.free, req, -k)
         for pod in pods:
             self.plan.existing[pod.key] = node.cap.name
 
@@ -393,7 +338,7 @@ class _Scheduler:
 
     # -- claims ----------------------------------------------------------------------------
     def claim_take(
-        self, claim: _Claim, group: Group, v: Variant, pt: PodTopology | None, want: int
+        self, claim: ClaimState, group: Group, v: Variant, pt: PodTopology | None, want: int
     ) -> int:
         """Add up to ``want`` pods of ``group`` to ``claim``; how many were added."""
         pool = claim.pool
@@ -427,9 +372,9 @@ class _Scheduler:
         total, req = claim.total, group.req
         k = 0
         for cap in cands.frontier(claim.cap_price):
-            room = _room(cap, total, req)
-            if room > k:
-                k = room
+            spare = room(cap, total, req)
+            if spare > k:
+                k = spare
         if k > want:
             k = want
         if k <= 0:
@@ -437,14 +382,14 @@ class _Scheduler:
                 self._maybe_retire(claim)
             return 0
         start = claim.idx if cands is claim.cands else 0
-        idx = cands.first_fit(_plus(total, req, k), start, claim.cap_price)
+        idx = cands.first_fit(plus(total, req, k), start, claim.cap_price)
         if idx < 0:  # pragma: no cover - the frontier guarantees a fit
             return 0
         if pool.budget is not None:
             k, idx = self._within_limits(claim, cands, start, k, req)
             if k <= 0:
                 return 0
-        new_total = _plus(total, req, k)
+        new_total = plus(total, req, k)
         claim.reqs, claim.cands, claim.idx, claim.total = reqs, cands, idx, new_total
         if pool.budget is not None:
             alloc = cands.types[idx].alloc
@@ -454,7 +399,7 @@ class _Scheduler:
         return k
 
     def _within_limits(
-        self, claim: _Claim, cands: Candidates, start: int, k: int, req: Vec
+        self, claim: ClaimState, cands: Candidates, start: int, k: int, req: Vec
     ) -> tuple[int, int]:
         """The most pods (at most ``k``) whose cheapest type keeps the pool within limits."""
         pool = claim.pool
@@ -462,7 +407,7 @@ class _Scheduler:
         budget, used, old = pool.budget, pool.used, claim.contrib
 
         def fits(count: int) -> int:
-            idx = cands.first_fit(_plus(claim.total, req, count), start, claim.cap_price)
+            idx = cands.first_fit(plus(claim.total, req, count), start, claim.cap_price)
             if idx < 0:
                 return -1
             alloc = cands.types[idx].alloc
@@ -483,8 +428,8 @@ class _Scheduler:
                 high = mid
         return (low, fits(low)) if low > 0 else (0, -1)
 
-    def _maybe_retire(self, claim: _Claim) -> None:
-        need = _plus(claim.total, self.min_need, 1)
+    def _maybe_retire(self, claim: ClaimState) -> None:
+        need = plus(claim.total, self.min_need, 1)
         for cap in claim.cands.frontier(claim.cap_price):
             if all(cap[d] >= need[d] for d in range(5)):
                 return
@@ -493,7 +438,7 @@ class _Scheduler:
 
     def open_claim(
         self, group: Group, v: Variant, pt: PodTopology | None, want: int
-    ) -> tuple[_Claim | None, int]:
+    ) -> tuple[ClaimState | None, int]:
         for pool in self.pools:
             if pool.nodes_left is not None and pool.nodes_left <= 0:
                 continue
@@ -514,7 +459,7 @@ class _Scheduler:
             cap = cands.anchor_price(
                 group.klass, (agg[0], agg[1], agg[2], agg[3]), self.waste[group.klass], group.req
             )
-            claim = _Claim(pool, cands.reqs, cands, cap, f"claim-{len(self.claims) + 1}", first)
+            claim = ClaimState(pool, cands.reqs, cands, cap, f"claim-{len(self.claims) + 1}", first)
             k = self.claim_take(claim, group, v, pt, want)
             if k <= 0:
                 continue
@@ -538,7 +483,7 @@ class _Scheduler:
         return Candidates(cands.reqs, pairs)
 
     # -- output ----------------------------------------------------------------------------
-    def finish(self, claim: _Claim) -> ClaimPlan:
+    def finish(self, claim: ClaimState) -> ClaimPlan:
         pool, cands, total, idx = claim.pool, claim.cands, claim.total, claim.idx
         budget = pool.budget
         if budget is not None:
@@ -548,7 +493,7 @@ class _Scheduler:
         key = (id(cands), idx, total) if budget is None else None
         done = self._finished.get(key) if key is not None else None
         if done is None:
-            done = self._describe(claim, budget, left if budget is not None else None)
+            done = describe_claim(claim, left if budget is not None else None)
             if key is not None:
                 self._finished[key] = done
         names, terms, labels, price = done
@@ -563,55 +508,6 @@ class _Scheduler:
             price=price,
         )
 
-    def _describe(
-        self, claim: _Claim, budget: list[int] | None, left: tuple[int, ...] | None
-    ) -> tuple[tuple[str, ...], tuple[NodeSelectorRequirement, ...], dict[str, str], float]:
-        """Instance types, narrowed requirements, labels and price of a finished claim."""
-        cands, (t0, t1, t2, t3, t4) = claim.cands, claim.total
-        kept: list[int] = []
-        types = cands.types
-        for i in range(claim.idx, len(types)):
-            cap = types[i].cap
-            if cap[0] < t0 or cap[1] < t1 or cap[3] < t3 or cap[2] < t2 or cap[4] < t4:
-                continue
-            if left is not None:
-                alloc = types[i].alloc
-                if alloc[0] > left[0] or alloc[1] > left[1] or alloc[2] > left[2]:
-                    continue
-            kept.append(i)
-            if len(kept) >= MAX_INSTANCE_TYPES:
-                break
-        reqs = claim.reqs
-        all_zones = cands.possible_values(wk.ZONE)
-        all_capacity = cands.possible_values(wk.CAPACITY_TYPE)
-        zones: set[str] = set()
-        capacity_types: set[str] = set()
-        for i in kept:
-            z, c = cands.zones_and_capacity(i)
-            zones |= z
-            capacity_types |= c
-            if len(zones) == len(all_zones) and len(capacity_types) == len(all_capacity):
-                break
-        names = tuple(types[i].name for i in kept)
-        narrowed = dict(reqs)
-        narrowed[wk.CAPACITY_TYPE] = KeyRequirement(frozenset(capacity_types), False, False)
-        if wk.ZONE in reqs:
-            narrowed[wk.ZONE] = KeyRequirement(frozenset(zones), False, False)
-        narrowed.pop(wk.INSTANCE_TYPE, None)
-        terms: list[NodeSelectorRequirement] = [
-            NodeSelectorRequirement(wk.INSTANCE_TYPE, "In", names)
-        ]
-        for key in sorted(narrowed):
-            terms.extend(narrowed[key].to_terms(key))
-        labels = dict(claim.pool.template.labels)
-        for key, req in narrowed.items():
-            if key == wk.NODEPOOL or key in labels:
-                continue
-            if not req.complement and len(req.values) == 1:
-                labels[key] = next(iter(req.values))
-        price = cands.prices[kept[0]] if kept else math.inf
-        return names, tuple(terms), labels, price
-
 
 def schedule(
     pods: Sequence[Pod],
@@ -620,7 +516,7 @@ def schedule(
     instance_types: Sequence[InstanceType],
     offerings: Sequence[Offering],
     *,
-    daemon_overhead: Resources = Resources(),
+    daemon_overhead: Resources = _NO_OVERHEAD,
 ) -> Plan:
     """Plan where ``pods`` go: existing capacity first, then new claims (see module doc)."""
     return _Scheduler(existing, templates, instance_types, offerings, daemon_overhead).run(pods)

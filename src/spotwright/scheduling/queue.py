@@ -52,8 +52,7 @@ class Variant:
         return bool(self.spreads or self.affinity or self.anti)
 
     def signature(self) -> Hashable:
-        return (self.reqs, self.spreads, self.affinity, self.anti,
-                self.tolerate_prefer_no_schedule)
+        return (self.reqs, self.spreads, self.affinity, self.anti, self.tolerate_prefer_no_schedule)
 
 
 @dataclass(eq=False, slots=True)
@@ -100,7 +99,9 @@ def variants(pod: Pod) -> list[Variant]:
     pref_aff = sorted(pod.preferred_pod_affinity, key=lambda w: w.weight, reverse=True)
     pref_anti = sorted(pod.preferred_pod_anti_affinity, key=lambda w: w.weight, reverse=True)
     pref_node = sorted(pod.preferred_affinity, key=lambda w: w.weight, reverse=True)
-    hard = tuple(_spread(c) for c in pod.topology_spread if c.when_unsatisfiable != "ScheduleAnyway")
+    hard = tuple(
+        _spread(c) for c in pod.topology_spread if c.when_unsatisfiable != "ScheduleAnyway"
+    )
     soft = [_spread(c) for c in pod.topology_spread if c.when_unsatisfiable == "ScheduleAnyway"]
     levels: list[tuple[int, int, int, int, bool]] = []
     n_aff, n_anti, n_node, n_soft = len(pref_aff), len(pref_anti), 0, len(soft)

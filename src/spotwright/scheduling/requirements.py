@@ -62,9 +62,16 @@ class KeyRequirement:
         if op in ("Gt", "Lt"):
             bound = _as_int(next(iter(vals))) if len(vals) == 1 else None
             if bound is None:
-                raise ValueError(f"operator {op} needs exactly one integer value, got {sorted(vals)}")
-            return cls(frozenset(), True, False, gt=bound if op == "Gt" else None,
-                       lt=bound if op == "Lt" else None)
+                raise ValueError(
+                    f"operator {op} needs exactly one integer value, got {sorted(vals)}"
+                )
+            return cls(
+                frozenset(),
+                True,
+                False,
+                gt=bound if op == "Gt" else None,
+                lt=bound if op == "Lt" else None,
+            )
         raise ValueError(f"unknown node selector operator {op!r}")
 
     def allows(self, value: str) -> bool:
@@ -105,8 +112,12 @@ class KeyRequirement:
             values, complement = self.values - other.values, False
         else:
             values, complement = self.values & other.values, False
-        gt = self.gt if other.gt is None else other.gt if self.gt is None else max(self.gt, other.gt)
-        lt = self.lt if other.lt is None else other.lt if self.lt is None else min(self.lt, other.lt)
+        gt = (
+            self.gt if other.gt is None else other.gt if self.gt is None else max(self.gt, other.gt)
+        )
+        lt = (
+            self.lt if other.lt is None else other.lt if self.lt is None else min(self.lt, other.lt)
+        )
         merged = KeyRequirement(values, complement, self.absent_ok and other.absent_ok, gt, lt)
         if not complement and (gt is not None or lt is not None):
             merged = KeyRequirement(
@@ -125,7 +136,9 @@ class KeyRequirement:
         listed = ", ".join(sorted(self.values))
         if self.complement:
             return f"{key} NotIn [{listed}]" if self.values else f"{key} Exists"
-        return f"{key} In [{listed}]" if self.values or not self.absent_ok else f"{key} DoesNotExist"
+        return (
+            f"{key} In [{listed}]" if self.values or not self.absent_ok else f"{key} DoesNotExist"
+        )
 
     def to_terms(self, key: str) -> list[NodeSelectorRequirement]:
         out: list[NodeSelectorRequirement] = []

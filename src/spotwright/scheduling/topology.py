@@ -174,7 +174,9 @@ class Topology:
             out.append(Constraint("spread", counter.key, counter, skew, min_domains))
         for term in affinity:
             counter = self._get(self.counters, _term_key(pod, term))
-            out.append(Constraint("affinity", counter.key, counter, self_match=counter.matches(pod)))
+            out.append(
+                Constraint("affinity", counter.key, counter, self_match=counter.matches(pod))
+            )
         owners: list[Counter] = []
         for term in anti:
             term_key = _term_key(pod, term)

@@ -1,0 +1,90 @@
+"""The packer's working records: pools, existing nodes and claims under construction.
+
+Kept apart from the algorithm so the explanation and output code can read them without
+importing the packer, and so the hot helpers (``room``, ``plus``) sit with the tuples
+they operate on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from spotwright.model.objects import Pod
+from spotwright.scheduling.candidates import Candidates, Vec
+from spotwright.scheduling.plan import ExistingCapacity, NodePoolTemplate
+from spotwright.scheduling.requirements import Requirements
+from spotwright.scheduling.topology import Constraint, Counter
+
+__all__ = ["BIG", "ClaimState", "NodeState", "Pool", "Profile", "plus", "room"]
+
+BIG = 2**62
+
+
+@dataclass(eq=False, slots=True)
+class Pool:
+    """A NodePool template with its resolved requirements and what its limits still allow."""
+
+    template: NodePoolTemplate
+    reqs: Requirements
+    cands: Candidates
+    budget: list[int] | None
+    nodes_left: int | None
+    used: list[int] = field(default_factory=lambda: [0, 0, 0, 0, 0])
+
+
+@dataclass(eq=False, slots=True)
+class NodeState:
+    """Existing capacity and what is still free on it this round."""
+
+    cap: ExistingCapacity
+    host: str
+    free: Vec
+
+
+@dataclass(eq=False, slots=True)
+class ClaimState:
+    """A new claim being filled: its narrowed requirements, candidates and price cap."""
+
+    pool: Pool
+    reqs: Requirements
+    cands: Candidates
+    cap_price: float
+    host: str
+    idx: int = 0
+    total: Vec = (0, 0, 0, 0, 0)
+    contrib: Vec = (0, 0, 0, 0, 0)
+    pods: list[Pod] = field(default_factory=list)
+    retired: bool = False
+    #: variant id -> (the claim requirements it was computed for, their meet or None)
+    meets: dict[int, tuple[Requirements, Requirements | None]] = field(default_factory=dict)
+
+
+@dataclass(eq=False, slots=True)
+class Profile:
+    """A group's topology bookkeeping for one variant."""
+
+    records: list[Counter]
+    owners: list[Counter]
+    inverse: list[Counter]
+    constraints: list[Constraint]
+
+
+def room(cap: Vec, total: Vec, req: Vec) -> int:
+    """How many more pods of ``req`` fit into ``cap`` on top of ``total``."""
+    best = BIG
+    for d in range(5):
+        if req[d] > 0:
+            n = (cap[d] - total[d]) // req[d]
+            if n < best:
+                best = n
+    return best
+
+
+def plus(total: Vec, req: Vec, k: int) -> Vec:
+    return (
+        total[0] + k * req[0],
+        total[1] + k * req[1],
+        total[2] + k * req[2],
+        total[3] + k * req[3],
+        total[4] + k * req[4],
+    )
