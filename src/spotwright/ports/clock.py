@@ -30,14 +30,14 @@ class LoopClock:
     """
 
     def __init__(self, epoch: float | None = None) -> None:
-        self._epoch = epoch
-        self._offset: float | None = None
+        #: With an epoch, loop time 0 is that moment (the virtual loop starts at 0);
+        #: without one, the offset to the wall clock is taken at the first reading.
+        self._offset: float | None = epoch
 
     def now(self) -> float:
         loop_time = asyncio.get_running_loop().time()
         if self._offset is None:
-            start = time.time() if self._epoch is None else self._epoch
-            self._offset = start - loop_time
+            self._offset = time.time() - loop_time
         return self._offset + loop_time
 
     async def sleep(self, seconds: float) -> None:
