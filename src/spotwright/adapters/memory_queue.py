@@ -2,8 +2,9 @@
 
 Received messages are in flight (invisible) until deleted or released; a released message
 is delivered again after a visibility delay, and after ``max_receives`` deliveries it is
-moved aside, as an SQS redrive policy would move it to a dead-letter queue. The simulator's market publishes EventBridge events into it, and the
-interruption controller reads it exactly as it reads SQS live.
+moved aside, as an SQS redrive policy would move it to a dead-letter queue. The simulator's
+market publishes EventBridge events into it, and the interruption controller reads it
+exactly as it reads SQS live.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ provider ID appears, and initialized when that node is ready.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from spotwright.controllers.context import Context
 from spotwright.model.objects import NodeClaim
@@ -34,6 +35,12 @@ class NodeClaimLifecycle:
         self.ctx = ctx
         self._launching: dict[str, asyncio.Task[None]] = {}
 
+    def _forget(self, name: str) -> Callable[[asyncio.Task[None]], None]:
+        def forget(_task: asyncio.Task[None]) -> None:
+            self._launching.pop(name, None)
+
+        return forget
+
     async def run(self) -> None:
         async for event in self.ctx.cluster.watch("nodeclaim", "node"):
             if event.kind == "nodeclaim" and event.type == "ADDED":
@@ -41,7 +48,7 @@ class NodeClaimLifecycle:
                 if claim is not None and claim.name not in self._launching:
                     task = asyncio.create_task(self.launch(claim))
                     self._launching[claim.name] = task
-                    task.add_done_callback(lambda _t, n=claim.name: self._launching.pop(n, None))
+                    task.add_done_callback(self._forget(claim.name))
             elif event.kind == "node" and event.type != "DELETED":
                 await self._sync_node(event.name)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 
 from spotwright.controllers.context import Context
 from spotwright.model import labels as wk
@@ -33,6 +34,12 @@ class Terminator:
         self.ctx = ctx
         self._draining: dict[str, asyncio.Task[None]] = {}
 
+    def _forget(self, name: str) -> Callable[[asyncio.Task[None]], None]:
+        def forget(_task: asyncio.Task[None]) -> None:
+            self._draining.pop(name, None)
+
+        return forget
+
     async def run(self) -> None:
         async for event in self.ctx.cluster.watch("nodeclaim"):
             if event.type == "DELETED" or event.name in self._draining:
@@ -41,7 +48,7 @@ class Terminator:
             if claim is not None and claim.deleting_since is not None:
                 task = asyncio.create_task(self.terminate(claim))
                 self._draining[claim.name] = task
-                task.add_done_callback(lambda _t, n=claim.name: self._draining.pop(n, None))
+                task.add_done_callback(self._forget(claim.name))
 
     async def terminate(self, claim: NodeClaim) -> None:
         ctx = self.ctx

@@ -63,7 +63,7 @@ class UnavailableOfferings:
         return min(times) if times else None
 
     def _expire(self, now: float) -> None:
-        for key in [k for k, t in self._offerings.items() if t <= now]:
-            del self._offerings[key]
-        for key in [k for k, t in self._capacity_types.items() if t <= now]:
-            del self._capacity_types[key]
+        for offering in [k for k, t in self._offerings.items() if t <= now]:
+            del self._offerings[offering]
+        for capacity_type in [k for k, t in self._capacity_types.items() if t <= now]:
+            del self._capacity_types[capacity_type]

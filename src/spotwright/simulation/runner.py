@@ -13,6 +13,8 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+from prometheus_client import Counter
+
 from spotwright.adapters.virtual_loop import run_virtual
 from spotwright.catalog import Catalog
 from spotwright.controllers import (
@@ -218,15 +220,8 @@ def _summary(
     total = billing.total_usd
     od = billing.on_demand_equivalent_usd
     launched = {"spot": 0, "on-demand": 0}
-    for sample in metrics.nodes_launched.collect()[0].samples:
-        if sample.name.endswith("_total"):
-            ct = sample.labels["capacity_type"]
-            launched[ct] = launched.get(ct, 0) + int(sample.value)
-    failures: dict[str, int] = {}
-    for sample in metrics.launch_failures.collect()[0].samples:
-        if sample.name.endswith("_total"):
-            reason = sample.labels["reason"]
-            failures[reason] = failures.get(reason, 0) + int(sample.value)
+    launched.update(_totals(metrics.nodes_launched, "capacity_type"))
+    failures = _totals(metrics.launch_failures, "reason")
     return {
         "scenario": scenario.name,
         "seed": seed,
@@ -253,3 +248,14 @@ def _summary(
         },
         "availability_pct": round(ledger.availability_pct(now), 3),
     }
+
+
+def _totals(counter: Counter, label: str) -> dict[str, int]:
+    """Sum a labelled counter by one of its labels, read back from the registry."""
+    out: dict[str, int] = {}
+    for metric in counter.collect():
+        for sample in metric.samples:
+            if sample.name.endswith("_total"):
+                key = sample.labels[label]
+                out[key] = out.get(key, 0) + int(sample.value)
+    return out
