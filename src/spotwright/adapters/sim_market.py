@@ -224,6 +224,10 @@ class SimulatedMarket:
         """The known instances among ``instance_ids`` (terminated ones included), in order."""
         return [snapshot(self._records[i].instance) for i in instance_ids if i in self._records]
 
+    async def list_owned(self) -> list[Instance]:
+        """Live instances this cluster launched (all of them, in a simulation)."""
+        return [snapshot(r.instance) for r in self._records.values() if r.instance.state in _LIVE]
+
     # --- scenario controls ---------------------------------------------------------------
 
     def set_capacity(

@@ -1,6 +1,7 @@
 """The controllers: written once against the ports, run live and in simulation alike."""
 
 from spotwright.controllers.context import Context, NodePoolSource, Settings
+from spotwright.controllers.garbage_collection import GarbageCollector
 from spotwright.controllers.interruption import InterruptionHandler
 from spotwright.controllers.nodeclaims import NodeClaimLifecycle
 from spotwright.controllers.provisioning import Provisioner
@@ -9,6 +10,7 @@ from spotwright.controllers.unavailable import UnavailableOfferings
 
 __all__ = [
     "Context",
+    "GarbageCollector",
     "InterruptionHandler",
     "NodeClaimLifecycle",
     "NodePoolSource",

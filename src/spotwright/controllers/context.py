@@ -52,6 +52,11 @@ class Settings:
     pending_retry_seconds: float = 10.0
     #: At most this many instance types go into one launch request.
     max_instance_types: int = 60
+    #: A launched claim whose node has not registered by then is given up (Karpenter: 15m).
+    registration_timeout_seconds: float = 900.0
+    #: How often instances without a claim are looked for, and how old they must be.
+    garbage_collection_interval_seconds: float = 120.0
+    garbage_collection_grace_seconds: float = 60.0
     interruption_workers: int = 10
     rebalance_action: Literal["none", "cordon", "drain"] = "drain"
     #: At an interruption deadline, delete what is left rather than leave it to die.

@@ -10,6 +10,7 @@ message delivered twice, or read by two replicas, is recognised as one event.
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -21,6 +22,7 @@ __all__ = [
     "MalformedEvent",
     "UnknownEvent",
     "event_id",
+    "notice_event_id",
 ]
 
 
@@ -35,6 +37,10 @@ class EventKind(StrEnum):
     ASG_LIFECYCLE_TERMINATE = "asg_lifecycle_terminate"
     ASG_LIFECYCLE_LAUNCH = "asg_lifecycle_launch"
     ASG_TEST_NOTIFICATION = "asg_test_notification"
+    #: A scheduled maintenance event the instance metadata lists as canceled or completed:
+    #: the node can be put back in service.
+    SCHEDULED_CHANGE_CANCELED = "scheduled_change_canceled"
+    SCHEDULED_CHANGE_COMPLETED = "scheduled_change_completed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +78,8 @@ class InterruptionEvent:
     action: str | None = None
     region: str | None = None
     lifecycle: LifecycleHook | None = None
+    #: The Kubernetes node, when the source knows it (IMDS mode runs on the node itself).
+    node: str | None = None
 
 
 class EventParseError(ValueError):
@@ -94,4 +102,18 @@ def event_id(kind: EventKind, raw_id: str, instance_id: str) -> str:
     valid label or taint value.
     """
     digest = hashlib.sha256(f"{raw_id}\x1f{kind.value}\x1f{instance_id}".encode()).hexdigest()
+    return f"{kind.value.replace('_', '-')}-{digest[:16]}"
+
+
+def notice_event_id(kind: EventKind, instance_id: str, notice: float) -> str:
+    """A stable id that does not depend on which source delivered the signal.
+
+    The same spot notice reaches us through EventBridge (with an envelope id) and through
+    the instance metadata (with none); what both carry is the instance, the kind and the
+    time of the notice. The notice is taken to the whole second, since both sources state
+    whole seconds. Same format as ``event_id``.
+    """
+    second = math.floor(notice)
+    text = f"notice\x1f{kind.value}\x1f{instance_id}\x1f{second}"
+    digest = hashlib.sha256(text.encode()).hexdigest()
     return f"{kind.value.replace('_', '-')}-{digest[:16]}"

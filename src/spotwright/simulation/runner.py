@@ -19,6 +19,7 @@ from spotwright.adapters.virtual_loop import run_virtual
 from spotwright.catalog import Catalog
 from spotwright.controllers import (
     Context,
+    GarbageCollector,
     InterruptionHandler,
     NodeClaimLifecycle,
     Provisioner,
@@ -98,6 +99,7 @@ async def _run(
         NodeClaimLifecycle(ctx).run(),
         Terminator(ctx).run(),
         InterruptionHandler(ctx, world.queue).run(),
+        GarbageCollector(ctx).run(),
         world.market.run(),
     ]
     tasks = [asyncio.create_task(c) for c in controllers]
