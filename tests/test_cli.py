@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -81,3 +82,28 @@ def test_missing_file_and_bad_flag_values_are_clear_errors(tmp_path: Path) -> No
     assert until.returncode == 2 and "--until" in until.stderr
     for result in (missing, until):
         assert "Traceback" not in result.stderr
+
+
+def test_results_do_not_depend_on_the_process_hash_seed() -> None:
+    outputs = set()
+    for hash_seed in ("1", "2"):
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "spotwright",
+                "simulate",
+                "--json",
+                "--quiet",
+                "--seed",
+                "3",
+                str(EXAMPLES / "spot-interruption.yaml"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "PYTHONHASHSEED": hash_seed},
+        )
+        assert result.returncode == 0, result.stderr
+        outputs.add(result.stdout)
+    assert len(outputs) == 1

@@ -9,6 +9,7 @@ import traceback
 import click
 
 from spotwright.cli.bench import bench
+from spotwright.cli.events import events_group
 from spotwright.cli.simulate import simulate_command
 
 __all__ = ["cli", "main"]
@@ -22,6 +23,7 @@ def cli() -> None:
 
 cli.add_command(simulate_command)
 cli.add_command(bench)
+cli.add_command(events_group)
 
 
 def main() -> None:

@@ -99,6 +99,7 @@ class Terminator:
                 node_name, unschedulable=True, labels={_EXCLUDE_LB: "spotwright"}
             )
             log.info("cordoned node", node=node_name, reason=claim.deletion_reason)
+            ctx.metrics.actions.labels("cordon").inc()
             await ctx.cluster.record_event(
                 "Node", node_name, "Cordoned", f"Cordoned: {claim.deletion_reason or 'deleted'}"
             )

@@ -72,4 +72,3 @@ def _event(reading: Reading, action: str, when: float) -> InterruptionEvent:
         action=action,
         node=reading.node,
     )
-
