@@ -106,3 +106,25 @@ def test_claim_whose_node_never_registers_is_deleted_after_the_timeout() -> None
         return late.deletion_reason, cluster.events[-1].reason
 
     assert run_virtual(main()) == ("registration_timeout", "RegistrationTimeout")
+
+
+def test_claim_whose_instance_vanished_is_deleted_so_it_stops_counting() -> None:
+    async def main() -> tuple[str, bool]:
+        ctx, market, cluster = _world()
+        instance = await market.launch(_request("ghost"))
+        now = ctx.clock.now()
+        claim = NodeClaim(
+            name="ghost",
+            nodepool="default",
+            provider_id=instance.provider_id,
+            launched_at=now,
+            registered_at=now,
+        )
+        await cluster.create_node_claim(claim)
+        await market.terminate(instance.id)  # e.g. a state-change message that was lost
+        await GarbageCollector(ctx).collect()
+        gone = cluster.node_claim("ghost")
+        assert gone is not None
+        return gone.deletion_reason, gone.deleting_since is not None
+
+    assert run_virtual(main()) == ("instance_terminated", True)

@@ -28,7 +28,7 @@ from spotwright.model.objects import (
 from spotwright.model.resources import Resources
 from spotwright.ports.clock import Clock
 from spotwright.ports.cluster import EvictionBlocked, Kind, NotFound, WatchEvent
-from spotwright.scheduling import node_fit
+from spotwright.scheduling import node_fit, pod_requests
 
 __all__ = ["ClusterObserver", "MemoryCluster", "RecordedEvent"]
 
@@ -315,7 +315,7 @@ class MemoryCluster:
         if pod.node_name is not None:
             self._on_node.get(pod.node_name, {}).pop(pod.key, None)
             if pod.node_name in self._used:
-                self._used[pod.node_name] = self._used[pod.node_name] - pod.requests
+                self._used[pod.node_name] = self._used[pod.node_name] - pod_requests(pod)
         if pod.ready and self._observer:
             self._observer.pod_unready(pod, now)
         pod.ready = False
@@ -378,7 +378,8 @@ class MemoryCluster:
             pod.node_name = best.name
             pod.unschedulable = False
             self._on_node[best.name][pod.key] = pod
-            self._used[best.name] = self._used[best.name] + pod.requests
+            # What node_fit checked: requests, overhead and the pod's slot (max pods).
+            self._used[best.name] = self._used[best.name] + pod_requests(pod)
             if self._observer:
                 self._observer.pod_bound(pod, now)
             self._publish("pod", "MODIFIED", pod.key)

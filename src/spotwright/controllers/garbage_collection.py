@@ -54,6 +54,7 @@ class GarbageCollector:
                     f"Node did not register within {timeout:.0f}s",
                     warning=True,
                 )
+        await self._forget_vanished(now)
         known = {c.provider_id for c in ctx.cluster.node_claims() if c.provider_id}
         grace = ctx.settings.garbage_collection_grace_seconds
         for instance in await ctx.cloud.list_owned():
@@ -66,4 +67,25 @@ class GarbageCollector:
                 instance_id=instance.id,
                 instance_type=instance.instance_type,
                 zone=instance.zone,
+            )
+
+    async def _forget_vanished(self, now: float) -> None:
+        """Delete claims whose instance is gone (a state-change message was missed)."""
+        ctx = self.ctx
+        live = [c for c in ctx.cluster.node_claims() if c.provider_id and c.deleting_since is None]
+        if not live:
+            return
+        ids = [c.provider_id.rsplit("/", 1)[-1] for c in live]
+        states = {i.id: i.state for i in await ctx.cloud.describe(ids)}
+        for claim, instance_id in zip(live, ids, strict=True):
+            if states.get(instance_id, "terminated") not in ("terminated", "shutting-down"):
+                continue
+            claim.deleting_since = now
+            claim.drain_deadline = now
+            claim.deletion_reason = "instance_terminated"
+            await ctx.cluster.update_node_claim(claim)
+            log.info(
+                "deleting nodeclaim, its instance is gone",
+                nodeclaim=claim.name,
+                instance_id=instance_id,
             )

@@ -13,6 +13,7 @@ never will parse) and counted.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import OrderedDict
 
 from spotwright.controllers.context import Context
@@ -24,6 +25,7 @@ from spotwright.events import (
 )
 from spotwright.model.objects import NodeClaim
 from spotwright.observability.logs import get_logger
+from spotwright.ports.cluster import NotFound
 from spotwright.ports.queue import Message, MessageQueue
 
 __all__ = ["InterruptionHandler"]
@@ -59,7 +61,16 @@ class InterruptionHandler:
         while True:
             messages = await self.queue.receive(max_messages=10, wait_seconds=20.0)
             for message in messages:
-                await self.handle(message)
+                try:
+                    await self.handle(message)
+                except Exception as exc:  # one bad message must never stop the loop
+                    self.ctx.metrics.interruption_errors.labels(type(exc).__name__).inc()
+                    log.error(
+                        "failed to handle message, releasing it for a retry",
+                        message_id=message.id,
+                        error=f"{type(exc).__name__}: {exc}",
+                    )
+                    await self.queue.release(message)
 
     async def handle(self, message: Message) -> None:
         ctx = self.ctx
@@ -85,12 +96,16 @@ class InterruptionHandler:
             await self.queue.release(message)
 
     async def _act(self, event: InterruptionEvent, claim: NodeClaim) -> None:
-        ctx = self.ctx
         if event.id in self._seen:
             return
+        await self._perform(event, claim)
+        # Only once the action succeeded: a message released after a failure acts again.
         self._seen[event.id] = None
         if len(self._seen) > 10_000:
             self._seen.popitem(last=False)
+
+    async def _perform(self, event: InterruptionEvent, claim: NodeClaim) -> None:
+        ctx = self.ctx
         ctx.metrics.interruption_messages.labels(event.kind.value).inc()
         now = ctx.clock.now()
         fields = {
@@ -131,7 +146,10 @@ class InterruptionHandler:
             return
         if action == "cordon":
             if claim.node_name:
-                await ctx.cluster.patch_node(claim.node_name, unschedulable=True)
+                # The Node may be gone already (deleted, or its instance just ended):
+                # nothing left to cordon, and no reason to stop handling messages.
+                with contextlib.suppress(NotFound):
+                    await ctx.cluster.patch_node(claim.node_name, unschedulable=True)
             ctx.metrics.actions.labels("cordon").inc()
             return
         # Drain without a deadline: the provisioner starts the replacement at once, and

@@ -22,6 +22,7 @@ from spotwright.scheduling import (
     ClaimPlan,
     ExistingCapacity,
     NodePoolTemplate,
+    pod_requests,
     schedule,
 )
 
@@ -47,6 +48,7 @@ class Provisioner:
     async def run(self) -> None:
         watcher = asyncio.create_task(self._watch())
         retry = asyncio.create_task(self._retry_loop())
+        self._trigger.set()  # pods may already be pending when the controller starts
         try:
             while True:
                 await self._trigger.wait()
@@ -172,7 +174,7 @@ class Provisioner:
                 continue
             if node.unschedulable:
                 continue
-            used = sum((p.requests for p in on_node), Resources())
+            used = sum((pod_requests(p) for p in on_node), Resources())
             existing.append(
                 ExistingCapacity(
                     name=node.name,
@@ -278,12 +280,13 @@ def _reschedulable(pod: Pod) -> bool:
 
 
 def _capacity_left(limits: Resources, used: Resources) -> Resources:
-    """Limits minus usage; a zero limit on a dimension means that dimension is unlimited."""
+    """Limits minus usage. A limit of 0 allows nothing; a dimension the NodePool does not
+    limit arrives as ``UNLIMITED`` (see ``NodePool.limits``) and stays out of reach."""
     big = 2**62
     return Resources(
-        cpu=limits.cpu - used.cpu if limits.cpu else big,
-        memory=limits.memory - used.memory if limits.memory else big,
-        gpu=limits.gpu - used.gpu if limits.gpu else big,
+        cpu=limits.cpu - used.cpu,
+        memory=limits.memory - used.memory,
+        gpu=limits.gpu - used.gpu,
         pods=big,
         ephemeral=big,
     )

@@ -18,6 +18,7 @@ from spotwright.controllers.context import Context
 from spotwright.model import labels as wk
 from spotwright.model.objects import NodeClaim, Pod, Taint
 from spotwright.observability.logs import get_logger
+from spotwright.ports.cloud import CloudError
 from spotwright.ports.cluster import EvictionBlocked, NotFound
 from spotwright.scheduling import tolerates
 
@@ -77,7 +78,7 @@ class Terminator:
                     duration=f"{took:.1f}s",
                 )
         if claim.provider_id:
-            await ctx.cloud.terminate(claim.provider_id.rsplit("/", 1)[-1])
+            await self._terminate_instance(claim.provider_id.rsplit("/", 1)[-1])
             log.info(
                 "terminated instance",
                 nodeclaim=claim.name,
@@ -89,6 +90,25 @@ class Terminator:
                 await ctx.cluster.delete_node(node.name)
         ctx.metrics.nodeclaims_terminated.labels(claim.deletion_reason or "deleted").inc()
         await ctx.cluster.remove_node_claim(claim.name)
+
+    async def _terminate_instance(self, instance_id: str) -> None:
+        """Terminate, retrying transient failures; an instance already gone is done."""
+        delay = 1.0
+        while True:
+            try:
+                await self.ctx.cloud.terminate(instance_id)
+                return
+            except CloudError as exc:
+                if exc.code == "InvalidInstanceID.NotFound":
+                    return
+                log.error(
+                    "could not terminate instance, retrying",
+                    instance_id=instance_id,
+                    error=str(exc),
+                    retry_in=f"{delay:.0f}s",
+                )
+                await self.ctx.clock.sleep(delay)
+                delay = min(delay * 2, 60.0)
 
     async def _cordon(self, node_name: str, claim: NodeClaim) -> None:
         ctx = self.ctx
@@ -131,14 +151,19 @@ class Terminator:
             ordinary = [p for p in pods if not _critical(p)]
             tier = ordinary or critical
             for pod in tier:
-                if pod.terminating or next_try.get(pod.key, 0.0) > now:
+                if pod.terminating:
                     continue
+                # Before the backoff check: a pod waiting out a PDB refusal must not miss
+                # its last chance to shut down within the deadline. Forced only once its
+                # grace would overrun it: until then an eviction may still be allowed.
                 if (
                     deadline is not None
                     and ctx.settings.force_at_deadline
-                    and (now + pod.grace_seconds >= deadline)
+                    and (now + pod.grace_seconds > deadline)
                 ):
                     await self._force(pod, max(0.0, deadline - now))
+                    continue
+                if next_try.get(pod.key, 0.0) > now:
                     continue
                 try:
                     await ctx.cluster.evict(pod)

@@ -1,0 +1,172 @@
+"""Termination: a deleted node claim becomes a drained node and a terminated instance.
+
+The drain is where a spot interruption turns into either a clean move of the workload or
+lost pods, so these tests follow what a user would check in ``kubectl``: the node is tainted
+and cordoned first, ordinary pods go before system-critical ones, daemon pods and pods that
+tolerate the disruption taint stay, PodDisruptionBudgets are honoured (refusals retried until
+a replacement is ready), nothing outlives an interruption deadline, and at the end the
+instance is terminated and the claim is gone. The real provisioner, lifecycle and
+termination controllers run, in virtual time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+import pytest
+
+from spotwright.model import labels as wk
+from spotwright.model.objects import NodeClaim, Toleration
+
+if TYPE_CHECKING:
+    from conftest import Simulator, World
+
+EXCLUDE_LB = "node.kubernetes.io/exclude-from-external-load-balancers"
+
+
+async def one_ready_node(w: World, *apps: str) -> NodeClaim:
+    """Wait until every pod of ``apps`` is ready, all on the node of a single claim."""
+    await w.until(lambda: w.all_ready(*apps), within=120, what="workload ready")
+    [claim] = w.claims()
+    assert {p.node_name for app in apps for p in w.pods_of(app)} == {claim.node_name}
+    return claim
+
+
+async def delete_claim(w: World, claim: NodeClaim, *, deadline_in: float | None = None) -> None:
+    """What interruption handling (or a user) does: mark the claim for deletion."""
+    claim.deleting_since = w.clock.now()
+    claim.drain_deadline = None if deadline_in is None else w.clock.now() + deadline_in
+    claim.deletion_reason = "test"
+    await w.cluster.update_node_claim(claim)
+
+
+def eviction_times(w: World, app: str) -> list[float]:
+    return sorted(
+        w.rel(e.time) for e in w.events("Evicted") if e.name.startswith(f"default/{app}-")
+    )
+
+
+def test_the_node_is_tainted_and_cordoned_then_drained_then_its_instance_terminated(
+    sim: Simulator,
+) -> None:
+    async def body(w: World) -> None:
+        w.add_nodepool()
+        await w.start_controllers()
+        w.deploy("web", 3, grace_seconds=10)
+        claim = await one_ready_node(w, "web")
+        node = w.cluster.node(claim.node_name)
+        assert node is not None
+        await delete_claim(w, claim)
+        await w.advance(0.01)
+        assert any(
+            t.key == wk.DISRUPTED_TAINT_KEY and t.effect == "NoSchedule" for t in node.taints
+        )
+        assert node.unschedulable and node.labels[EXCLUDE_LB] == "spotwright"
+        await w.until(lambda: w.cluster.node_claim(claim.name) is None, within=60, what="gone")
+        assert w.cluster.node(node.name) is None
+        assert w.instance(claim).state == "terminated"
+        reasons = [e.reason for e in w.cluster.events if e.reason in ("Cordoned", "Evicted")]
+        assert reasons == ["Cordoned", "Evicted", "Evicted", "Evicted"]
+        assert w.events("Drained", node.name)
+        assert (w.ledger.evicted, w.ledger.lost) == (3, 0)
+        assert w.counter("spotwright_nodes_drained_total", result="before_deadline") == 1
+        await w.until(lambda: w.all_ready("web"), within=60, what="web ready elsewhere")
+
+    sim.run(body)
+
+
+def test_ordinary_pods_are_evicted_before_system_critical_ones(sim: Simulator) -> None:
+    async def body(w: World) -> None:
+        w.add_nodepool()
+        await w.start_controllers()
+        w.deploy("web", 2, grace_seconds=20)
+        w.deploy("dns", 1, grace_seconds=5, priority_class="system-cluster-critical")
+        claim = await one_ready_node(w, "web", "dns")
+        await delete_claim(w, claim)
+        await w.until(lambda: w.cluster.node_claim(claim.name) is None, within=60, what="gone")
+        web, [dns] = eviction_times(w, "web"), eviction_times(w, "dns")
+        assert len(web) == 2
+        # The critical pod waited until the ordinary ones had finished their 20 s grace.
+        assert dns >= max(web) + 20
+        assert (w.ledger.evicted, w.ledger.lost) == (3, 0)
+
+    sim.run(body)
+
+
+def test_daemon_pods_and_pods_tolerating_the_disruption_taint_are_left_in_place(
+    sim: Simulator,
+) -> None:
+    async def body(w: World) -> None:
+        w.add_nodepool()
+        await w.start_controllers()
+        w.deploy("web", 1)
+        stays = (Toleration(wk.DISRUPTED_TAINT_KEY, "Exists"),)
+        w.deploy("stay", 1, cpu="50m", tolerations=stays)
+        w.deploy("agent", 1, cpu="50m", daemon=True, tolerations=(Toleration(operator="Exists"),))
+        claim = await one_ready_node(w, "web", "stay", "agent")
+        [stay], [agent] = w.pods_of("stay"), w.pods_of("agent")
+        await delete_claim(w, claim)
+        await w.until(lambda: w.cluster.node_claim(claim.name) is None, within=60, what="gone")
+        assert eviction_times(w, "web") and not w.events("Evicted", stay.key)
+        assert not stay.evicted and not agent.evicted
+        assert not w.events("Evicted", agent.key)
+        # The drain did not wait for them: the node was drained once the web pod had gone.
+        assert w.events("Drained", claim.node_name)
+
+    sim.run(body)
+
+
+def test_budget_refusals_are_retried_and_succeed_once_a_replacement_is_ready(
+    sim: Simulator,
+) -> None:
+    async def body(w: World) -> None:
+        w.add_nodepool()
+        await w.start_controllers()
+        w.deploy("web", 3, startup_seconds=10, grace_seconds=5)
+        w.pdb("web", min_available=2)
+        claim = await one_ready_node(w, "web")
+        lowest = [w.ready("web")]
+
+        async def watch_ready() -> None:
+            while True:
+                lowest[0] = min(lowest[0], w.ready("web"))
+                await asyncio.sleep(0.05)
+
+        monitor = asyncio.create_task(watch_ready())
+        await delete_claim(w, claim)  # no deadline: a rebalance-style drain
+        await w.until(lambda: w.cluster.node_claim(claim.name) is None, within=300, what="gone")
+        monitor.cancel()
+        assert w.counter("spotwright_eviction_blocked_total") > 0
+        assert (w.ledger.evicted, w.ledger.lost) == (3, 0)
+        assert lowest[0] >= 2, "the budget must have held throughout the drain"
+        first, second, third = eviction_times(w, "web")
+        # Each refusal lasted until the previous pod's replacement had started (10 s).
+        assert second - first >= 10 and third - second >= 10
+        await w.until(lambda: w.all_ready("web"), within=30, what="web ready elsewhere")
+
+    sim.run(body)
+
+
+@pytest.mark.parametrize("grace", [5.0, 30.0])
+def test_at_the_deadline_the_pods_left_are_deleted_and_counted_lost(
+    sim: Simulator, grace: float
+) -> None:
+    async def body(w: World) -> None:
+        w.add_nodepool()
+        await w.start_controllers()
+        w.deploy("web", 2, grace_seconds=grace)
+        w.pdb("web", min_available=2)  # no eviction can ever be allowed
+        claim = await one_ready_node(w, "web")
+        node_name = claim.node_name
+        deadline = w.elapsed() + 120
+        await delete_claim(w, claim, deadline_in=120)
+        await w.until(lambda: w.cluster.node(node_name) is None, within=150, what="node gone")
+        # The pods were cut short in time for the node to be empty when it must go.
+        assert w.elapsed() <= deadline + 0.1
+        assert w.cluster.node_claim(claim.name) is None
+        assert w.instance(claim).state == "terminated"
+        assert w.counter("spotwright_pods_evicted_total", reason="deadline") == 2
+        assert (w.ledger.evicted, w.ledger.lost) == (0, 2)
+
+    sim.run(body)
