@@ -86,27 +86,12 @@ P3_SUPPLEMENT: tuple[Mapping[str, str], ...] = tuple(
     )
 )
 
-#: Output columns, in order. Names are spotwright's own; SOURCES.md documents each one.
-COLUMNS = (
-    "name",
-    "family",
-    "category",
-    "generation",
-    "size",
-    "vcpu",
-    "memory_mib",
-    "arch",
-    "gpus",
-    "gpu_name",
-    "alloc_cpu_m",
-    "alloc_memory_mib",
-    "alloc_gpus",
-    "max_pods",
-    "alloc_ephemeral_mib",
-    "od_usd_hour",
-    "spot_savings_pct",
-    "spot_band",
-)
+# The column layout is the loader's: one definition, so the two cannot drift apart.
+try:
+    from spotwright.catalog._loading import COLUMNS
+except ImportError:  # run from a clone without installing
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+    from spotwright.catalog._loading import COLUMNS
 
 _EPHEMERAL_UNITS = {"Mi": 1, "Gi": 1024, "Ti": 1024 * 1024}
 

@@ -107,3 +107,35 @@ def test_results_do_not_depend_on_the_process_hash_seed() -> None:
         assert result.returncode == 0, result.stderr
         outputs.add(result.stdout)
     assert len(outputs) == 1
+
+
+def test_region_without_prices_asks_for_a_refreshed_catalog(tmp_path: Path) -> None:
+    scenario = tmp_path / "eu.yaml"
+    scenario.write_text(
+        "apiVersion: spotwright.io/v1alpha1\nkind: Scenario\nmetadata: {name: eu}\n"
+        "spec:\n  region: eu-west-1\n  duration: 10m\n  nodePools:\n"
+        "  - apiVersion: karpenter.sh/v1\n    kind: NodePool\n    metadata: {name: default}\n"
+        "    spec: {template: {spec: {requirements: []}}}\n"
+    )
+    result = spotwright("simulate", str(scenario))
+    assert result.returncode == 2
+    assert "spec.region" in result.stderr and "catalog refresh" in result.stderr
+
+
+def test_a_catalog_file_can_replace_the_bundled_one(tmp_path: Path) -> None:
+    from spotwright.catalog import load_catalog, write_catalog
+
+    bundled = load_catalog()
+    small = [t for t in bundled.types if t.family in ("c6i", "m6i", "r6i")]
+    path = tmp_path / "small.csv"
+    write_catalog(small, path, region=bundled.region)
+    result = spotwright(
+        "simulate",
+        str(EXAMPLES / "spot-interruption.yaml"),
+        "--json",
+        "--quiet",
+        "--catalog",
+        str(path),
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["nodes"]["launched"]["spot"] >= 2

@@ -15,6 +15,7 @@ from spotwright.catalog._loading import (
     UnknownInstanceType,
     default_zones,
     load_catalog,
+    write_catalog,
 )
 from spotwright.catalog._types import InstanceType
 
@@ -27,4 +28,5 @@ __all__ = [
     "UnknownInstanceType",
     "default_zones",
     "load_catalog",
+    "write_catalog",
 ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import difflib
 import functools
+import io
 import math
 import operator
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -30,6 +31,7 @@ __all__ = [
     "UnknownInstanceType",
     "default_zones",
     "load_catalog",
+    "write_catalog",
 ]
 
 #: The region whose prices and Spot Advisor figures the bundled catalog carries.
@@ -166,6 +168,59 @@ def load_catalog(path: Path | None = None) -> Catalog:
     return _parse(text, source=str(path))
 
 
+def write_catalog(
+    types: Iterable[InstanceType],
+    path: Path | None = None,
+    *,
+    region: str,
+    comments: Sequence[str] = (),
+) -> str:
+    """The catalog CSV for ``types`` (sorted by name), written to ``path`` if one is given.
+
+    The text has the bundled file's shape: ``comments`` as ``#`` lines, the ``# region:``
+    line the loader reads, then the header and one row per type, so ``load_catalog`` reads
+    back equal ``InstanceType`` objects.
+    """
+    if not region or region != region.strip():
+        raise ValueError(f"not a region name: {region!r}")
+    lines = [f"# {comment}" if comment else "#" for comment in comments]
+    lines.append(f"{_REGION_COMMENT} {region}")
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    for it in sorted(types, key=lambda t: t.name):
+        alloc = it.allocatable
+        writer.writerow(
+            (
+                it.name,
+                it.family,
+                it.category,
+                it.generation,
+                it.size,
+                it.vcpu,
+                it.memory_mib,
+                it.arch,
+                it.gpu_count,
+                it.gpu_name,
+                alloc.cpu,
+                alloc.memory // _MIB,
+                alloc.gpu,
+                alloc.pods,
+                alloc.ephemeral // _MIB,
+                repr(it.od_price),
+                "" if it.spot_savings_pct is None else f"{it.spot_savings_pct:g}",
+                "" if it.interruption_band is None else it.interruption_band,
+            )
+        )
+    text = "\n".join(lines) + "\n" + buffer.getvalue()
+    if path is not None:
+        try:
+            Path(path).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise CatalogError(f"cannot write instance-type catalog {path}: {exc}") from exc
+    return text
+
+
 @functools.lru_cache(maxsize=1)
 def _bundled_catalog() -> Catalog:
     resource = resources.files("spotwright.catalog").joinpath(_BUNDLED_FILE)
@@ -183,7 +238,7 @@ def _bundled_catalog() -> Catalog:
 
 #: Columns a catalog file must have, in the order _make_type takes them. The file may order
 #: them differently and may carry extra columns, which are ignored.
-_COLUMNS: Final = (
+COLUMNS: Final = (
     "name",
     "family",
     "category",
@@ -219,12 +274,12 @@ def _parse(text: str, *, source: str) -> Catalog:
 
     reader = csv.reader(line for _, line in numbered)
     header = [column.strip() for column in next(reader)]
-    missing = [column for column in _COLUMNS if column not in header]
+    missing = [column for column in COLUMNS if column not in header]
     if missing:
         raise CatalogError(
             f"{source}, line {numbered[0][0]}: header lacks column(s) {', '.join(missing)}"
         )
-    positions = [header.index(column) for column in _COLUMNS]
+    positions = [header.index(column) for column in COLUMNS]
     pick = operator.itemgetter(*positions)
 
     types: list[InstanceType] = []
@@ -414,11 +469,11 @@ def _explain(fields: Sequence[str], positions: Sequence[int], where: str) -> Cat
     """The error for a row _make_type rejected, naming the first offending column."""
 
     def error(column: str, reason: str) -> CatalogError:
-        index = _COLUMNS.index(column)
+        index = COLUMNS.index(column)
         return CatalogError(f"{where}, column {positions[index] + 1} ({column}): {reason}")
 
     values: dict[str, object] = {}
-    for column, convert, field in zip(_COLUMNS, _CONVERTERS, fields, strict=True):
+    for column, convert, field in zip(COLUMNS, _CONVERTERS, fields, strict=True):
         try:
             values[column] = convert(field.strip())
         except ValueError as exc:

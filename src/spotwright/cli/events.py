@@ -158,7 +158,8 @@ def _lines(text: str, source: str | None) -> Iterator[_Item]:
             if source == "imds":  # a plain-text body: a lifecycle state or a timestamp
                 yield _Item(number, line_number, raw=line.strip())
             else:
-                yield _Item(number, line_number, error=f"not JSON ({exc.msg})")
+                hint = " (plain-text IMDS bodies need --source imds)" if source is None else ""
+                yield _Item(number, line_number, error=f"not JSON ({exc.msg}){hint}")
 
 
 def _is_maintenance_list(value: list[Any], source: str | None) -> bool:
@@ -181,7 +182,7 @@ class _Result:
     reason: str | None = None
 
     def label(self) -> str:
-        where = f" (line {self.item.line})" if self.item.line is not None else ""
+        where = f" at line {self.item.line}" if self.item.line is not None else ""
         return f"payload {self.item.number}{where}"
 
     def as_json(self) -> dict[str, Any]:

@@ -37,6 +37,13 @@ __all__ = ["simulate_command"]
 )
 @click.option("--until", "until_text", default=None, help="Stop early, e.g. 30m.")
 @click.option("--quiet", "-q", is_flag=True, help="No log lines, only the summary.")
+@click.option(
+    "--catalog",
+    "catalog_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Instance-type catalog (default: the bundled us-east-1 one; see catalog refresh).",
+)
 def simulate_command(
     scenario: Path | None,
     seed: int | None,
@@ -44,6 +51,7 @@ def simulate_command(
     log_format: str,
     until_text: str | None,
     quiet: bool,
+    catalog_path: Path | None,
 ) -> None:
     """Replay SCENARIO (default: the bundled GPU story) on a simulated spot market."""
     until = None
@@ -54,10 +62,16 @@ def simulate_command(
             raise UserError(f"--until: {exc}") from exc
     path = scenario or default_scenario_path()
     try:
-        catalog = load_catalog()
+        catalog = load_catalog(catalog_path)
         parsed = load_scenario(path, catalog)
     except (ScenarioError, CatalogError) as exc:
         raise UserError(str(exc)) from exc
+    if parsed.region != catalog.region:
+        raise UserError(
+            f"{path}: spec.region: the catalog has prices for {catalog.region} only, got "
+            f"{parsed.region}; build one with `spotwright catalog refresh --region "
+            f"{parsed.region} --out FILE` and pass --catalog FILE"
+        )
 
     log_stream = sys.stderr if as_json else sys.stdout
     console = Console(file=log_stream)

@@ -12,6 +12,7 @@ forward instead of sleeping, and the HTTP layer only renders what this module sa
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -38,7 +39,9 @@ __all__ = [
     "parse_time",
     "region_of_zone",
     "scheduled_event",
+    "scheduled_event_from_spec",
     "spot_notice",
+    "whole_second",
 ]
 
 #: EC2 acts this long after it raises a spot interruption notice.
@@ -154,8 +157,13 @@ def spot_notice(
         raise ValueError("give a delay or a pinned time for the notice, not both")
     if action_time is not None:
         return SpotNotice(action, action_time - NOTICE_SECONDS, action_time)
-    raised = now + (delay or 0.0)
+    raised = whole_second(now + (delay or 0.0))
     return SpotNotice(action, raised, raised + NOTICE_SECONDS)
+
+
+def whole_second(epoch: float) -> float:
+    """Round down to the second: bodies carry whole seconds, so visibility must agree."""
+    return float(math.floor(epoch))
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,13 +213,15 @@ def scheduled_event(
 ) -> ScheduledEvent:
     """A scheduled event with amazon-ec2-metadata-mock's defaults for what is left out.
 
-    The window defaults to ``now`` + 7 days, the deadline to ``now`` + 9 days. The id
-    defaults to a digest of the code and window, so the same arguments give the same id
-    after a restart and a handler that remembers ids is not fooled into a new event.
+    ``NotBefore`` defaults to ``now``, ``NotAfter`` to a week after it and
+    ``NotBeforeDeadline`` to nine days after it. The id defaults to a digest of the code
+    and window, not to something random, so an event given with the same times keeps its
+    id when the mock restarts, and a handler that remembers ids sees the same event; the
+    state is left out, so cancelling an event keeps its id, as EC2 does.
     """
     _choice(code, EVENT_CODES, what="code")
     _choice(state, EVENT_STATES, what="state")
-    start = now if not_before is None else not_before
+    start = whole_second(now) if not_before is None else not_before
     end = start + 7 * _DAY if not_after is None else not_after
     deadline = start + 9 * _DAY if not_before_deadline is None else not_before_deadline
     if end < start:
@@ -223,11 +233,55 @@ def scheduled_event(
         event_id = f"instance-event-{digest[:17]}"
     elif not re.fullmatch(r"instance-event-[0-9a-f]{8,17}", event_id):
         raise ValueError(
-            f"eventId: expected instance-event- and 8 to 17 lowercase hex digits, "
-            f"got {event_id!r}"
+            f"eventId: expected instance-event- and 8 to 17 lowercase hex digits, got {event_id!r}"
         )
     text = description if description is not None else f"scheduled {code.replace('-', ' ')}"
     return ScheduledEvent(event_id, code, state, text, start, end, deadline)
+
+
+_SPEC_KEYS = {
+    "code": "code",
+    "state": "state",
+    "id": "event_id",
+    "description": "description",
+    "not-before": "not_before",
+    "not-after": "not_after",
+    "not-before-deadline": "not_before_deadline",
+}
+
+
+def scheduled_event_from_spec(spec: str, *, now: float) -> ScheduledEvent:
+    """A scheduled event from the command line's short form.
+
+    Either a bare code (``system-reboot``) or comma-separated ``key=value`` pairs with keys
+    code, state, id, description, not-before, not-after and not-before-deadline, e.g.
+    ``code=instance-stop,state=canceled,not-before=2026-01-01T00:00:00Z``.
+    """
+    text = spec.strip()
+    if "=" not in text:
+        return scheduled_event(text, now=now)
+    fields: dict[str, str] = {}
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        key = key.strip()
+        if not sep or key not in _SPEC_KEYS:
+            raise ValueError(
+                f"{part.strip()!r} is not key=value with a key among {', '.join(_SPEC_KEYS)}"
+            )
+        fields[_SPEC_KEYS[key]] = value.strip()
+    times = {
+        name: parse_time(fields.pop(name), what=name.replace("_", "-"))
+        for name in ("not_before", "not_after", "not_before_deadline")
+        if name in fields
+    }
+    return scheduled_event(
+        fields.pop("code", "system-reboot"),
+        now=now,
+        state=fields.pop("state", "active"),
+        event_id=fields.pop("event_id", None),
+        description=fields.pop("description", None),
+        **times,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,7 +334,7 @@ class MockState:
             self.lifecycle = LifecycleSchedule(current=state)
         else:
             current = self.lifecycle.state(self.now())
-            self.lifecycle = LifecycleSchedule(current, state, self.now() + delay)
+            self.lifecycle = LifecycleSchedule(current, state, whole_second(self.now() + delay))
 
     def reset(self) -> None:
         """No notices at all and back in service, as a freshly launched instance."""

@@ -23,6 +23,8 @@ __all__ = ["Candidates", "CatalogView", "TypeSlot", "Vec", "vec"]
 #: cpu (m), memory (bytes), gpu, pods, ephemeral (bytes): the packer's resource tuple.
 Vec = tuple[int, int, int, int, int]
 
+BIG_COUNT = 2**62
+
 _DEFINED_BY_OFFERING = frozenset({wk.ZONE, wk.CAPACITY_TYPE, wk.REGION, wk.NODEPOOL})
 _ABSENT = KeyRequirement(frozenset(), False, True)
 
@@ -78,7 +80,17 @@ class TypeSlot:
 class Candidates:
     """The types compatible with one requirement set, cheapest first (immutable)."""
 
-    __slots__ = ("_anchor", "_frontier", "_values", "_zc", "max_alloc", "prices", "reqs", "types")
+    __slots__ = (
+        "_anchor",
+        "_frontier",
+        "_per_pod",
+        "_values",
+        "_zc",
+        "max_alloc",
+        "prices",
+        "reqs",
+        "types",
+    )
 
     def __init__(self, reqs: Requirements, pairs: list[tuple[float, TypeSlot]]) -> None:
         pairs.sort(key=lambda p: (p[0], p[1].name))
@@ -89,6 +101,7 @@ class Candidates:
         self._anchor: dict[object, tuple[int, float]] = {}
         self._values: dict[str, frozenset[str]] = {}
         self._zc: dict[int, tuple[set[str], set[str]]] = {}
+        self._per_pod: dict[Vec, tuple[float, float]] = {}
         self.max_alloc = tuple(max((t.alloc[d] for t in self.types), default=0) for d in range(5))
 
     def zones_and_capacity(self, i: int) -> tuple[set[str], set[str]]:
@@ -117,6 +130,34 @@ class Candidates:
             if cap[0] >= c0 and cap[1] >= c1 and cap[3] >= c3 and cap[2] >= c2 and cap[4] >= c4:
                 return i
         return -1
+
+    def per_pod(self, need: Vec) -> tuple[float, float]:
+        """(lowest price per pod of shape ``need``, the price of the type offering it).
+
+        Per pod means the type's price over how many copies of the pod it holds. Within
+        0.5 % of the lowest, the type holding more copies wins: a larger node leaves
+        more room to mix shapes. ``(inf, inf)`` if no type holds one pod.
+        """
+        found = self._per_pod.get(need)
+        if found is not None:
+            return found
+        best_value, best_price, best_count = math.inf, math.inf, 0
+        for slot, price in zip(self.types, self.prices, strict=True):
+            cap = slot.cap
+            count = BIG_COUNT
+            for d in range(5):
+                if need[d] > 0:
+                    n = cap[d] // need[d]
+                    if n < count:
+                        count = n
+            if count <= 0:
+                continue
+            value = price / count
+            if value < best_value or (value == best_value and count > best_count):
+                best_value, best_price, best_count = value, price, count
+        found = (best_value, best_price)
+        self._per_pod[need] = found
+        return found
 
     def frontier(self, max_price: float) -> tuple[Vec, ...]:
         """Capacities of the undominated types priced at most ``max_price``.

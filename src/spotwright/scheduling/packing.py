@@ -24,10 +24,12 @@ from spotwright.model.resources import Resources
 from spotwright.ports.cloud import Offering
 from spotwright.scheduling.candidates import Candidates, CatalogView, Vec, vec
 from spotwright.scheduling.explain import explain
+from spotwright.scheduling.fill import Entry, fill_deferred
 from spotwright.scheduling.output import describe_claim
 from spotwright.scheduling.plan import ClaimPlan, ExistingCapacity, NodePoolTemplate, Plan
 from spotwright.scheduling.queue import Group, Variant, build_groups, has_topology
 from spotwright.scheduling.requirements import KeyRequirement, Requirements
+from spotwright.scheduling.room import FreeRoom
 from spotwright.scheduling.state import (
     BIG,
     ClaimState,
@@ -44,6 +46,51 @@ __all__ = ["schedule"]
 
 _ZERO: Vec = (0, 0, 0, 0, 0)
 _NO_OVERHEAD = Resources()
+
+
+#: How many claims with room that costs nothing a pod compares before growing one.
+_FREE_CHOICES = 8
+#: How many claims that can grow to take a pod are compared before one is chosen.
+_GROWTH_CHOICES = 8
+
+#: A probe's answer: pods to add, the new cheapest type's index, requirements, candidates.
+Take = tuple[int, int, Requirements, Candidates]
+
+
+class _Ring:
+    """The claims one group may grow, visited round-robin from the last one used.
+
+    A claim that turns a pod away for a reason that cannot change for its identical
+    successors is dropped, so each group walks past a full or forbidden claim once.
+    """
+
+    __slots__ = ("claims", "dead", "last", "ndead")
+
+    def __init__(self, claims: list[ClaimState], cursor: ClaimState | None) -> None:
+        self.claims = claims
+        self.dead = [False] * len(claims)
+        self.ndead = 0
+        self.last = next((j for j, c in enumerate(claims) if c is cursor), len(claims) - 1)
+
+    def add(self, claim: ClaimState) -> None:
+        self.claims.append(claim)
+        self.dead.append(False)
+        self.last = len(self.claims) - 1
+
+    def drop(self, j: int) -> None:
+        if not self.dead[j]:
+            self.dead[j] = True
+            self.ndead += 1
+
+    def compact(self) -> None:
+        if self.ndead <= 32 or self.ndead * 2 <= len(self.claims):
+            return
+        keep = [j for j in range(len(self.claims)) if not self.dead[j]]
+        last = sum(1 for j in keep if j <= self.last) - 1
+        self.claims = [self.claims[j] for j in keep]
+        self.dead = [False] * len(keep)
+        self.ndead = 0
+        self.last = max(0, last)
 
 
 class _Scheduler:
@@ -77,6 +124,8 @@ class _Scheduler:
         ]
         self.claims: list[ClaimState] = []
         self.open: list[ClaimState] = []
+        #: The claim the last constrained pod went to: the next one starts looking there.
+        self.cursor: ClaimState | None = None
         self.retired = 0
         self.generation = 0
         self.plan = Plan()
@@ -84,6 +133,7 @@ class _Scheduler:
         self.agg: dict[Hashable, list[int]] = {}
         self.waste: dict[Hashable, tuple[float, float]] = {}
         self.min_need: Vec = (0, 0, 0, 1, 0)
+        self.room = FreeRoom(self.min_need)
         self._meet: dict[tuple[Requirements, Requirements], Requirements | None] = {}
         self._tolerated: dict[tuple[int, int], bool] = {}
         self._node_ok: dict[tuple[int, int], bool] = {}
@@ -168,18 +218,33 @@ class _Scheduler:
                 sq[0] / agg[0] / 2 if agg[0] else 0.0,
                 sq[1] / agg[1] / 2 if agg[1] else 0.0,
             )
-        suffix: list[Vec] = [(0, 0, 0, 1, 0)] * (len(groups) + 1)
-        low_cpu = low_mem = BIG
-        for i in range(len(groups) - 1, -1, -1):
-            low_cpu = min(low_cpu, groups[i].req[0])
-            low_mem = min(low_mem, groups[i].req[1])
-            suffix[i] = (low_cpu, low_mem, 0, 1, 0)
+        # A claim is retired once it cannot take even the smallest pod of the round.
+        self.min_need = (
+            min(g.req[0] for g in groups) if groups else 0,
+            min(g.req[1] for g in groups) if groups else 0,
+            0,
+            1,
+            0,
+        )
+        self.room = FreeRoom(self.min_need)
         failed: list[tuple[Group, list[Pod]]] = []
-        for i, g in enumerate(groups):
-            self.min_need = suffix[i]
+        deferred: list[Entry] = []
+        for g in groups:
+            v = g.variants[0]
+            prof = self.profile(g, v)
+            if prof is None or not (prof.constraints or prof.inverse):
+                # unconstrained: existing capacity now, new claims in the packing pass
+                left = self.place_bulk(g, v, prof, g.pods, existing_only=True)
+                if left:
+                    deferred.append(Entry(g, v, prof, left))
+                continue
             left = self.place_group(g, g.pods)
             if left:
                 failed.append((g, left))
+        for entry in fill_deferred(self, deferred):
+            left = self.place_group(entry.group, entry.pods[entry.done :])
+            if left:
+                failed.append((entry.group, left))
         if failed and self.topology is not None:
             # pod affinity may name pods placed later in the round: one more pass.
             retry, failed = failed, []
@@ -211,14 +276,14 @@ class _Scheduler:
                 break
         return pods
 
-    def _placed(self, group: Group, k: int) -> None:
+    def placed(self, group: Group, k: int) -> None:
         agg = self.agg[group.klass]
         agg[0] -= k * group.req[0]
         agg[1] -= k * group.req[1]
         agg[2] -= k * group.req[2]
         agg[3] -= k
 
-    def _record(self, prof: Profile | None, k: int, host: str, domain_of: object) -> None:
+    def record(self, prof: Profile | None, k: int, host: str, domain_of: object) -> None:
         if prof is None:
             return
         for counter in (*prof.records, *prof.owners):
@@ -235,7 +300,13 @@ class _Scheduler:
                 counter.add(value, k)
 
     def place_bulk(
-        self, group: Group, v: Variant, prof: Profile | None, pods: list[Pod]
+        self,
+        group: Group,
+        v: Variant,
+        prof: Profile | None,
+        pods: list[Pod],
+        *,
+        existing_only: bool = False,
     ) -> list[Pod]:
         n, i, req = len(pods), 0, group.req
         for j, node in enumerate(self.nodes):
@@ -247,8 +318,11 @@ class _Scheduler:
             if k <= 0:
                 continue
             self._to_node(node, pods[i : i + k], req, k)
-            self._record(prof, k, node.host, node)
+            self.record(prof, k, node.host, node)
             i += k
+        if existing_only:
+            self.placed(group, i)
+            return pods[i:]
         for claim in self.open:
             if i == n:
                 break
@@ -257,16 +331,16 @@ class _Scheduler:
             k = self.claim_take(claim, group, v, None, n - i)
             if k:
                 claim.pods.extend(pods[i : i + k])
-                self._record(prof, k, claim.host, claim)
+                self.record(prof, k, claim.host, claim)
                 i += k
         while i < n:
             fresh, k = self.open_claim(group, v, None, n - i)
             if fresh is None:
                 break
             fresh.pods.extend(pods[i : i + k])
-            self._record(prof, k, fresh.host, fresh)
+            self.record(prof, k, fresh.host, fresh)
             i += k
-        self._placed(group, i)
+        self.placed(group, i)
         self._compact()
         return pods[i:]
 
@@ -279,7 +353,8 @@ class _Scheduler:
         # reason that cannot change for its identical successors (capacity, taints,
         # requirements, hostname anti-affinity or spread) is dropped from the list, so
         # each group walks past a full or forbidden claim once, not once per pod.
-        alive = [c for c in self.open if not c.retired]
+        growable = [c for c in self.open if not c.retired and c.cap_price > c.cands.prices[c.idx]]
+        ring = _Ring(growable, self.cursor)
         for pod in pods:
             pt = PodTopology(self.topology, constraints, prof.inverse, v.reqs)
             if pt.impossible:
@@ -293,37 +368,104 @@ class _Scheduler:
                     and pt.node_ok(node.host, node.cap.labels)
                 ):
                     self._to_node(node, [pod], req, 1)
-                    self._record(prof, 1, node.host, node)
+                    self.record(prof, 1, node.host, node)
                     placed = True
                     break
             if not placed:
-                kept: list[ClaimState] = []
-                for i, claim in enumerate(alive):
-                    if claim.retired:
-                        continue
-                    self.monotone = True
-                    if self.claim_take(claim, group, v, pt, 1):
-                        claim.pods.append(pod)
-                        self._record(prof, 1, claim.host, claim)
-                        placed = True
-                        kept.extend(alive[i:])
-                        break
-                    if not self.monotone:
-                        kept.append(claim)
-                alive = kept
+                claim = self._claim_for(ring, group, v, pt)
+                if claim is not None:
+                    claim.pods.append(pod)
+                    self.record(prof, 1, claim.host, claim)
+                    placed = True
             if not placed:
                 fresh, _ = self.open_claim(group, v, pt, 1)
                 if fresh is not None:
                     fresh.pods.append(pod)
-                    self._record(prof, 1, fresh.host, fresh)
-                    alive.append(fresh)
+                    self.record(prof, 1, fresh.host, fresh)
+                    ring.add(fresh)
                     placed = True
             if placed:
-                self._placed(group, 1)
+                self.placed(group, 1)
             else:
                 left.append(pod)
         self._compact()
         return left
+
+    def _claim_for(
+        self, ring: _Ring, group: Group, v: Variant, pt: PodTopology
+    ) -> ClaimState | None:
+        """Add one pod of ``group`` to an open claim; the claim, or None.
+
+        First room that costs nothing: among the oldest claims with room left, the one
+        whose room the pod matches best (dot product of the pod and the room, per unit
+        of the claim's type). Then growth: of the next few claims round the ring that can
+        take the pod under their price cap, the one whose price rises least, and among
+        equals the one left most balanced. Going round the ring spreads pods over the
+        claims, as Karpenter's fewest-pods-first order does, instead of piling them on
+        the first; choosing the most balanced keeps a claim from filling up its memory
+        while its CPU idles.
+        """
+        claim = self._free_fit(group, v, pt)
+        if claim is not None:
+            return claim
+        claims, dead = ring.claims, ring.dead
+        n = len(claims)
+        req = group.req
+        best: tuple[float, float, ClaimState, Take] | None = None
+        seen = 0
+        for step in range(1, n + 1):
+            j = (ring.last + step) % n
+            claim = claims[j]
+            if dead[j]:
+                continue
+            if claim.retired:
+                ring.drop(j)
+                continue
+            self.monotone = True
+            take = self.probe(claim, group, v, pt, 1)
+            if take is None:
+                if self.monotone:
+                    # the reason (no room under the cap, taints, requirements, hostname
+                    # spread or anti-affinity) holds for every later pod of the group too
+                    ring.drop(j)
+                continue
+            _, idx, _, cands = take
+            top, total = cands.types[idx].cap, plus(claim.total, req, 1)
+            delta = cands.prices[idx] - claim.cands.prices[claim.idx]
+            skew = abs(total[0] / top[0] - total[1] / top[1])
+            if best is None or delta < best[0] * 0.98 or (delta <= best[0] * 1.02 and skew < best[1]):
+                best = (delta, skew, claim, take)
+                ring.last = j
+            seen += 1
+            if seen >= _GROWTH_CHOICES:
+                break
+        ring.compact()
+        if best is None:
+            return None
+        claim = best[2]
+        self.commit(claim, group, best[3])
+        self.cursor = claim
+        return claim
+
+    def _free_fit(self, group: Group, v: Variant, pt: PodTopology) -> ClaimState | None:
+        """A claim whose current type still has room for the pod, the most balanced after.
+
+        Looks at the first few claims the room index offers (tightest first) and tries
+        them in order of how even their CPU and memory use would be with the pod.
+        """
+        req = group.req
+        scored: list[tuple[float, int, ClaimState]] = []
+        for claim in self.room.fitting(req):
+            top, total = claim.cands.types[claim.idx].cap, claim.total
+            skew = abs((total[0] + req[0]) / top[0] - (total[1] + req[1]) / top[1])
+            scored.append((skew, len(scored), claim))
+            if len(scored) >= _FREE_CHOICES:
+                break
+        scored.sort()
+        for _, _, claim in scored:
+            if self.claim_take(claim, group, v, pt, 1, claim.cands.prices[claim.idx]):
+                return claim
+        return None
 
     def _to_node(self, node: NodeState, pods: list[Pod], req: Vec, k: int) -> None:
         node.free = plus(node.free, req, -k)
@@ -338,13 +480,44 @@ class _Scheduler:
 
     # -- claims ----------------------------------------------------------------------------
     def claim_take(
-        self, claim: ClaimState, group: Group, v: Variant, pt: PodTopology | None, want: int
+        self,
+        claim: ClaimState,
+        group: Group,
+        v: Variant,
+        pt: PodTopology | None,
+        want: int,
+        cap: float | None = None,
     ) -> int:
-        """Add up to ``want`` pods of ``group`` to ``claim``; how many were added."""
+        """Add up to ``want`` pods of ``group`` to ``claim``; how many were added.
+
+        The claim may grow to any candidate type priced at most ``cap`` (its own price
+        cap by default; the packing pass passes the current price to fill for free).
+        """
+        found = self.probe(claim, group, v, pt, want, cap)
+        if found is None:
+            return 0
+        self.commit(claim, group, found)
+        return found[0]
+
+    def probe(
+        self,
+        claim: ClaimState,
+        group: Group,
+        v: Variant,
+        pt: PodTopology | None,
+        want: int,
+        cap: float | None = None,
+    ) -> Take | None:
+        """How ``claim_take`` would add pods: (count, type index, requirements, candidates).
+
+        Changes nothing but ``self.monotone`` (False when a topology rule that may yet
+        change turned the pods away) and, when the claim cannot grow at all, retires it.
+        """
         pool = claim.pool
+        price_cap = claim.cap_price if cap is None else cap
         if pt is not None and not pt.host_ok(claim.host):
             self.monotone = pt.monotone
-            return 0
+            return None
         seen = claim.meets.get(v.id)
         if seen is not None and seen[0] is claim.reqs:
             reqs = seen[1]
@@ -357,13 +530,13 @@ class _Scheduler:
                 reqs = None
             claim.meets[v.id] = (claim.reqs, reqs)
         if reqs is None:
-            return 0
+            return None
         if pt is not None:
             cands_now = self.catalog.candidates(reqs) if reqs is not claim.reqs else claim.cands
             choice = pt.choose(claim.host, cands_now.possible_values)
             if choice is None:
                 self.monotone = pt.monotone and not pt.allowed
-                return 0
+                return None
             for key, value in choice.items():
                 allowed = reqs.allowed(key)
                 if allowed is None or allowed != {value}:
@@ -371,35 +544,41 @@ class _Scheduler:
         cands = claim.cands if reqs is claim.reqs else self.catalog.candidates(reqs)
         total, req = claim.total, group.req
         k = 0
-        for cap in cands.frontier(claim.cap_price):
-            spare = room(cap, total, req)
+        for top in cands.frontier(price_cap):
+            spare = room(top, total, req)
             if spare > k:
                 k = spare
         if k > want:
             k = want
         if k <= 0:
-            if cands is claim.cands:
+            if cands is claim.cands and cap is None:
                 self._maybe_retire(claim)
-            return 0
+            return None
         start = claim.idx if cands is claim.cands else 0
-        idx = cands.first_fit(plus(total, req, k), start, claim.cap_price)
+        idx = cands.first_fit(plus(total, req, k), start, price_cap)
         if idx < 0:  # pragma: no cover - the frontier guarantees a fit
-            return 0
+            return None
         if pool.budget is not None:
-            k, idx = self._within_limits(claim, cands, start, k, req)
+            k, idx = self._within_limits(claim, cands, start, k, req, price_cap)
             if k <= 0:
-                return 0
-        new_total = plus(total, req, k)
-        claim.reqs, claim.cands, claim.idx, claim.total = reqs, cands, idx, new_total
+                return None
+        return k, idx, reqs, cands
+
+    def commit(self, claim: ClaimState, group: Group, take: Take) -> None:
+        """Apply a ``probe`` result (pods are appended by the caller)."""
+        k, idx, reqs, cands = take
+        pool = claim.pool
+        claim.reqs, claim.cands, claim.idx = reqs, cands, idx
+        claim.total = plus(claim.total, group.req, k)
+        self.room.update(claim)
         if pool.budget is not None:
             alloc = cands.types[idx].alloc
             for d in range(5):
                 pool.used[d] += alloc[d] - claim.contrib[d]
             claim.contrib = alloc
-        return k
 
     def _within_limits(
-        self, claim: ClaimState, cands: Candidates, start: int, k: int, req: Vec
+        self, claim: ClaimState, cands: Candidates, start: int, k: int, req: Vec, price_cap: float
     ) -> tuple[int, int]:
         """The most pods (at most ``k``) whose cheapest type keeps the pool within limits."""
         pool = claim.pool
@@ -407,7 +586,7 @@ class _Scheduler:
         budget, used, old = pool.budget, pool.used, claim.contrib
 
         def fits(count: int) -> int:
-            idx = cands.first_fit(plus(claim.total, req, count), start, claim.cap_price)
+            idx = cands.first_fit(plus(claim.total, req, count), start, price_cap)
             if idx < 0:
                 return -1
             alloc = cands.types[idx].alloc
@@ -435,10 +614,21 @@ class _Scheduler:
                 return
         claim.retired = True
         self.retired += 1
+        self.room.remove(claim)
 
     def open_claim(
-        self, group: Group, v: Variant, pt: PodTopology | None, want: int
+        self,
+        group: Group,
+        v: Variant,
+        pt: PodTopology | None,
+        want: int,
+        cap: float | None = None,
     ) -> tuple[ClaimState | None, int]:
+        """Open a claim in the first NodePool (by weight) that can take ``group``'s pods.
+
+        Its price cap is ``cap`` if given, else the anchor price of the pods ahead; never
+        below the cheapest type that holds one pod.
+        """
         for pool in self.pools:
             if pool.nodes_left is not None and pool.nodes_left <= 0:
                 continue
@@ -455,11 +645,23 @@ class _Scheduler:
             first = cands.first_fit(group.req)
             if first < 0:
                 continue
-            agg = self.agg[group.klass]
-            cap = cands.anchor_price(
-                group.klass, (agg[0], agg[1], agg[2], agg[3]), self.waste[group.klass], group.req
+            if cap is None:
+                agg = self.agg[group.klass]
+                price = cands.anchor_price(
+                    group.klass,
+                    (agg[0], agg[1], agg[2], agg[3]),
+                    self.waste[group.klass],
+                    group.req,
+                )
+            else:
+                price = max(cap, cands.prices[first])
+            if group.solo:
+                # a pod that must be alone among its like: its claim stays the smallest
+                # type that holds it, and other pods fill the room that type has left
+                price = cands.prices[first]
+            claim = ClaimState(
+                pool, cands.reqs, cands, price, f"claim-{len(self.claims) + 1}", first
             )
-            claim = ClaimState(pool, cands.reqs, cands, cap, f"claim-{len(self.claims) + 1}", first)
             k = self.claim_take(claim, group, v, pt, want)
             if k <= 0:
                 continue
@@ -473,6 +675,8 @@ class _Scheduler:
     def _limited(self, pool: Pool, cands: Candidates) -> Candidates:
         assert pool.budget is not None
         left = [pool.budget[d] - pool.used[d] for d in range(3)]
+        if all(cands.max_alloc[d] <= left[d] for d in range(3)):
+            return cands
         pairs = [
             (p, t)
             for t, p in zip(cands.types, cands.prices, strict=True)

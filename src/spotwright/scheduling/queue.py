@@ -19,6 +19,7 @@ import itertools
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
+from spotwright.model import labels as wk
 from spotwright.model.objects import (
     LabelSelector,
     Pod,
@@ -27,7 +28,8 @@ from spotwright.model.objects import (
 )
 from spotwright.scheduling.candidates import Vec, vec
 from spotwright.scheduling.fit import pod_requests, pod_requirements
-from spotwright.scheduling.requirements import Requirements
+from spotwright.scheduling.requirements import Requirements, canonical_key
+from spotwright.scheduling.topology import selector_matches
 
 __all__ = ["Group", "Variant", "build_groups", "has_topology"]
 
@@ -61,6 +63,9 @@ class Group:
     req: Vec
     variants: list[Variant]
     klass: Hashable
+    order_key: tuple[object, ...] = ()
+    #: Required hostname anti-affinity keeps these pods apart: one per node.
+    solo: bool = False
 
 
 def has_topology(pod: Pod) -> bool:
@@ -88,6 +93,17 @@ def _group_key(pod: Pod, with_labels: bool) -> Hashable:
         pod.preferred_pod_anti_affinity,
         (pod.namespace, tuple(sorted(pod.labels.items()))) if with_labels else None,
     )
+
+
+def _one_per_node(pod: Pod) -> bool:
+    """Does a required hostname anti-affinity term keep the pod's like off its node?"""
+    for term in pod.pod_anti_affinity:
+        if canonical_key(term.topology_key) == wk.HOSTNAME and selector_matches(
+            term.selector, pod.labels
+        ):
+            if not term.namespaces or pod.namespace in term.namespaces:
+                return True
+    return False
 
 
 def _spread(c: TopologySpreadConstraint) -> Spread:
@@ -148,14 +164,56 @@ def build_groups(pods: Sequence[Pod], with_labels: bool) -> list[Group]:
     buckets: dict[Hashable, list[Pod]] = {}
     for pod in pods:
         buckets.setdefault(_group_key(pod, with_labels), []).append(pod)
-    groups: list[tuple[tuple[int, int, float, str], Group]] = []
+    total_cpu = sum(p.requests.cpu for p in pods) or 1
+    total_mem = sum(p.requests.memory for p in pods) or 1
+    groups: list[tuple[tuple[int, float, int, int, float, str], Group]] = []
     for members in buckets.values():
         members.sort(key=lambda p: (p.created_at, p.uid))
         first = members[0]
         need = pod_requests(first)
         vs = variants(first)
         klass = (vs[0].reqs, need.gpu > 0)
-        order = (-first.requests.cpu, -first.requests.memory, first.created_at, first.uid)
-        groups.append((order, Group(members, vec(need), vs, klass)))
+        share = max(first.requests.cpu / total_cpu, first.requests.memory / total_mem)
+        order = (
+            0 if _one_per_node(first) else 1,
+            -share,
+            -first.requests.cpu,
+            -first.requests.memory,
+            first.created_at,
+            first.uid,
+        )
+        solo = _one_per_node(first)
+        groups.append((order, Group(members, vec(need), vs, klass, order, solo)))
     groups.sort(key=lambda item: item[0])
-    return [g for _, g in groups]
+    return _interleave([g for _, g in groups], total_cpu, total_mem)
+
+
+def _interleave(groups: list[Group], total_cpu: int, total_mem: int) -> list[Group]:
+    """Alternate CPU-heavy and memory-heavy groups, keeping each kind's order.
+
+    Placed in plain size order, a run of memory-heavy pods lands on claims that then
+    cannot use their CPU. Taking next whichever kind the pods placed so far are short
+    of keeps the claims that grow at the same time balanced.
+    """
+    heads = ([], [])  # type: tuple[list[Group], list[Group]]
+    first: list[Group] = []
+    for g in groups:
+        if g.solo:
+            first.append(g)
+        else:
+            heads[0 if g.req[0] / total_cpu >= g.req[1] / total_mem else 1].append(g)
+    out = first
+    i = j = 0
+    cpu = mem = 0.0
+    cpus, mems = heads
+    while i < len(cpus) or j < len(mems):
+        take_cpu = j >= len(mems) or (i < len(cpus) and cpu <= mem)
+        g = cpus[i] if take_cpu else mems[j]
+        if take_cpu:
+            i += 1
+        else:
+            j += 1
+        out.append(g)
+        cpu += len(g.pods) * g.req[0] / total_cpu
+        mem += len(g.pods) * g.req[1] / total_mem
+    return out

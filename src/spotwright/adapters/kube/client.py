@@ -1,0 +1,340 @@
+"""The few Kubernetes API calls spotwright makes, throttled, recorded and dict-shaped.
+
+lightkube does the HTTP, the kubeconfig and the fast (msgspec) decoding. This wrapper adds
+what a controller needs on top and what the rest of the adapter relies on:
+
+* objects stay plain dicts: list and watch decode into ``dict`` rather than lightkube's
+  typed models, because the cache keeps only converted records and the typed models would
+  be built just to be thrown away;
+* a client-side token bucket (``qps``/``burst``, as client-go's) in front of every request
+  except the long-running watches, so a storm of interruptions cannot flood the API server;
+* calls that may be repeated (list, get, patch, delete) are retried on a 5xx, a 429 or a
+  dropped connection, so one hiccup of the API server does not fail a drain; creates are
+  never repeated, since a create that timed out may have happened;
+* every call is recorded as the RBAC permission it needs (group, resource, verb), which is
+  how the shipped ClusterRole is checked against what the code actually does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+import httpx2
+from lightkube import ALL_NS, ApiError, AsyncClient, KubeConfig
+from lightkube.core import resource as res
+from lightkube.generic_resource import Generic
+from lightkube.types import PatchType
+
+__all__ = [
+    "EVENTS",
+    "LEASES",
+    "NODECLAIMS",
+    "NODEPOOLS",
+    "NODES",
+    "PDBS",
+    "PODS",
+    "Api",
+    "ApiKind",
+    "Permission",
+    "TokenBucket",
+    "connect",
+    "status_code",
+]
+
+FIELD_MANAGER: Final = "spotwright"
+_LIST_CHUNK: Final = 500
+_ATTEMPTS: Final = 3
+_RETRY_DELAY: Final = 0.2
+T = TypeVar("T")
+_ALL_VERBS: Final = [
+    "delete",
+    "get",
+    "global_list",
+    "global_watch",
+    "list",
+    "patch",
+    "post",
+    "put",
+    "watch",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKind:
+    """A resource of the API: where it lives and whether it is namespaced."""
+
+    group: str
+    version: str
+    kind: str
+    plural: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+NODES: Final = ApiKind("", "v1", "Node", "nodes", namespaced=False)
+PODS: Final = ApiKind("", "v1", "Pod", "pods", namespaced=True)
+PDBS: Final = ApiKind("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", True)
+NODECLAIMS: Final = ApiKind("spotwright.io", "v1alpha1", "NodeClaim", "nodeclaims", False)
+NODEPOOLS: Final = ApiKind("spotwright.io", "v1alpha1", "NodePool", "nodepools", False)
+LEASES: Final = ApiKind("coordination.k8s.io", "v1", "Lease", "leases", namespaced=True)
+EVENTS: Final = ApiKind("events.k8s.io", "v1", "Event", "events", namespaced=True)
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Permission:
+    """One RBAC rule line: ``resource`` may be ``plural/subresource``."""
+
+    group: str
+    resource: str
+    verb: str
+
+
+def status_code(exc: BaseException) -> int | None:
+    """The HTTP status of a failed call (from the Status body when there is one)."""
+    if isinstance(exc, ApiError):
+        code = exc.status.code
+        return int(code) if code is not None else exc.response.status_code
+    if isinstance(exc, httpx2.HTTPStatusError):
+        return exc.response.status_code
+    return None
+
+
+class TokenBucket:
+    """Client-side rate limit: ``burst`` requests at once, then ``qps`` per second.
+
+    Waiters are served in arrival order, so a burst of evictions queues behind the taint
+    patches that came first instead of overtaking them.
+    """
+
+    def __init__(self, qps: float, burst: int, clock: Callable[[], float] = time.monotonic):
+        if qps <= 0 or burst < 1:
+            raise ValueError("qps must be > 0 and burst >= 1")
+        self.qps = qps
+        self.burst = burst
+        self._clock = clock
+        self._tokens = float(burst)
+        self._stamp = clock()
+        self._lock = asyncio.Lock()
+
+    def _refill(self) -> None:
+        now = self._clock()
+        self._tokens = min(float(self.burst), self._tokens + (now - self._stamp) * self.qps)
+        self._stamp = now
+
+    async def acquire(self) -> None:
+        async with self._lock:
+            self._refill()
+            while self._tokens < 1.0:
+                await asyncio.sleep((1.0 - self._tokens) / self.qps)
+                self._refill()
+            self._tokens -= 1.0
+
+
+def _resource_class(kind: ApiKind, subresource: str | None = None) -> type[Any]:
+    """A lightkube resource class whose instances are plain dicts."""
+    base: type[Any] = res.NamespacedResourceG if kind.namespaced else res.GlobalResource
+    definition = res.ResourceDef(kind.group, kind.version, kind.kind)
+    if subresource is None:
+        info = res.ApiInfo(resource=definition, plural=kind.plural, verbs=list(_ALL_VERBS))
+    else:
+        sub_base: type[Any] = (
+            res.NamespacedSubResource if kind.namespaced else res.GlobalSubResource
+        )
+        base = sub_base
+        info = res.ApiInfo(
+            resource=definition,
+            parent=definition,
+            plural=kind.plural,
+            verbs=["get", "patch", "post"],
+            action=subresource,
+        )
+    return type(
+        f"Raw{kind.kind}{(subresource or '').title()}", (base, Generic), {"_api_info": info}
+    )
+
+
+_EVICTION_CLASS: Final = type(
+    "RawEviction",
+    (res.NamespacedSubResource, Generic),
+    {
+        "_api_info": res.ApiInfo(
+            resource=res.ResourceDef("policy", "v1", "Eviction"),
+            parent=res.ResourceDef("", "v1", "Pod"),
+            plural="pods",
+            verbs=["post"],
+            action="eviction",
+        )
+    },
+)
+
+
+def connect(kubeconfig: str | Path | None = None, *, timeout: float = 10.0) -> AsyncClient:
+    """A lightkube client from a kubeconfig file, else the in-cluster service account."""
+    config = KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_env()
+    return AsyncClient(config=config, field_manager=FIELD_MANAGER, timeout=httpx2.Timeout(timeout))
+
+
+class Api:
+    """The calls the adapter makes, each throttled (watches aside) and recorded."""
+
+    def __init__(self, client: AsyncClient, *, qps: float = 200.0, burst: int = 300) -> None:
+        self.client = client
+        self.bucket = TokenBucket(qps, burst)
+        #: Every permission a call so far has needed, for the RBAC check.
+        self.used: set[Permission] = set()
+        self._classes: dict[tuple[ApiKind, str | None], type[Any]] = {}
+
+    def _cls(self, kind: ApiKind, subresource: str | None = None) -> type[Any]:
+        key = (kind, subresource)
+        if key not in self._classes:
+            self._classes[key] = _resource_class(kind, subresource)
+        return self._classes[key]
+
+    def _record(self, kind: ApiKind, verb: str, subresource: str | None = None) -> None:
+        resource = f"{kind.plural}/{subresource}" if subresource else kind.plural
+        self.used.add(Permission(kind.group, resource, verb))
+
+    async def list(self, kind: ApiKind) -> tuple[list[dict[str, Any]], str]:
+        """Every object of the kind (all namespaces), and the list's resourceVersion."""
+        self._record(kind, "list")
+        namespace = ALL_NS if kind.namespaced else None
+
+        async def call() -> tuple[list[dict[str, Any]], str]:
+            listing = self.client.list(self._cls(kind), namespace=namespace, chunk_size=_LIST_CHUNK)
+            items: list[dict[str, Any]] = [dict(item) async for item in listing]
+            return items, listing.resourceVersion
+
+        return await self._again_if_transient(call)
+
+    def watch(
+        self, kind: ApiKind, resource_version: str, *, server_timeout: int = 300
+    ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        """Changes after ``resource_version``; raises on any error, 410 Gone included."""
+        self._record(kind, "watch")
+        namespace = ALL_NS if kind.namespaced else None
+        stream = self.client.watch(
+            self._cls(kind),
+            namespace=namespace,
+            resource_version=resource_version,
+            server_timeout=server_timeout,
+        )
+        return _dicts(stream)
+
+    async def get(self, kind: ApiKind, name: str, namespace: str | None = None) -> dict[str, Any]:
+        self._record(kind, "get")
+
+        async def call() -> dict[str, Any]:
+            return dict(await self.client.get(self._cls(kind), name, namespace=namespace))
+
+        return await self._again_if_transient(call)
+
+    async def create(
+        self, kind: ApiKind, obj: Mapping[str, Any], namespace: str | None = None
+    ) -> dict[str, Any]:
+        self._record(kind, "create")
+        await self.bucket.acquire()
+        body = self._cls(kind)({"apiVersion": kind.api_version, "kind": kind.kind, **obj})
+        created: Any = await self.client.create(body, namespace=namespace)  # type: ignore[call-overload]
+        return dict(created)
+
+    async def patch(
+        self,
+        kind: ApiKind,
+        name: str,
+        patch: Mapping[str, Any],
+        *,
+        namespace: str | None = None,
+        patch_type: PatchType = PatchType.MERGE,
+        subresource: str | None = None,
+    ) -> dict[str, Any]:
+        """A merge or strategic-merge patch (or apply); never a read-modify-write."""
+        self._record(kind, "patch", subresource)
+
+        async def call() -> dict[str, Any]:
+            patched = await self.client.patch(
+                self._cls(kind, subresource),
+                name,
+                dict(patch),
+                namespace=namespace,
+                patch_type=patch_type,
+                force=patch_type is PatchType.APPLY,
+            )
+            return dict(patched)
+
+        return await self._again_if_transient(call)
+
+    async def delete(
+        self,
+        kind: ApiKind,
+        name: str,
+        *,
+        namespace: str | None = None,
+        grace_seconds: int | None = None,
+    ) -> None:
+        self._record(kind, "delete")
+
+        async def call() -> None:
+            await self.client.delete(
+                self._cls(kind), name, namespace=namespace, grace_period=grace_seconds
+            )
+
+        await self._again_if_transient(call)
+
+    async def evict(self, namespace: str, name: str, uid: str = "") -> None:
+        """POST an Eviction (policy/v1); the caller maps 429 to a blocked eviction."""
+        self.used.add(Permission("", "pods/eviction", "create"))
+        await self.bucket.acquire()
+        body: dict[str, Any] = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
+        if uid:
+            body["deleteOptions"] = {"preconditions": {"uid": uid}}
+        eviction: Any = _EVICTION_CLASS(body)
+        await self.client.create(eviction, name, namespace=namespace)
+
+    async def close(self) -> None:
+        await self.client.close()
+
+    async def _again_if_transient(self, call: Callable[[], Awaitable[T]]) -> T:
+        """Throttle, and retry a call that may safely be repeated after a transient failure.
+
+        Creates are never repeated: a create that timed out may have happened, and a second
+        one would make a second object.
+        """
+        delay = _RETRY_DELAY
+        for attempt in range(1, _ATTEMPTS + 1):
+            await self.bucket.acquire()
+            try:
+                return await call()
+            except Exception as exc:
+                code = status_code(exc)
+                transient = (
+                    code >= 500 or code == 429
+                    if code is not None
+                    else isinstance(exc, httpx2.TransportError)
+                )
+                if attempt == _ATTEMPTS or not transient:
+                    raise
+            await asyncio.sleep(delay)
+            delay *= 2
+        raise AssertionError("unreachable")
+
+
+async def _dicts(
+    stream: Any,
+) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+    try:
+        async for event_type, obj in stream:
+            yield str(event_type), dict(obj)
+    finally:
+        await stream.aclose()

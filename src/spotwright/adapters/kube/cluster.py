@@ -1,0 +1,381 @@
+"""``KubeCluster``: the Cluster port on a real Kubernetes API server.
+
+It is the live twin of ``adapters.memory_cluster`` and keeps its semantics, so the same
+controllers run on both:
+
+* reads are synchronous and come from list-then-watch caches (pods with an index by node,
+  nodes, PodDisruptionBudgets, NodeClaims);
+* ``watch()`` subscribes when called. Unlike the in-memory cluster, a live controller may
+  start long after the objects it must act on exist (a restart, a new leader), so a new
+  subscription first receives every cached object, the way a Kubernetes informer's new
+  handler does: as MODIFIED, except a NodeClaim that was never launched and is not being
+  deleted, which is ADDED (it is still waiting for its launch);
+* writes are patches (strategic merge for nodes, merge for NodeClaim status), evictions
+  go through the policy/v1 Eviction API (429 is ``EvictionBlocked``), and each write's
+  response goes into the cache at once so a controller reads its own writes;
+* Events (events.k8s.io/v1) are recorded in the background: a controller never waits for
+  one, identical events within a minute are sent once, and a full queue drops them
+  rather than slowing a drain down.
+
+An optional ``fence`` is asked before every write; leader election passes "am I still the
+leader", so a replica that has lost its lease cannot write even from a task that has not
+been cancelled yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from typing import Any
+
+from lightkube.types import PatchType
+
+from spotwright.adapters.kube.client import EVENTS, NODES, PDBS, PODS, Api, status_code
+from spotwright.adapters.kube.convert import (
+    format_time,
+    node_from_api,
+    pdb_from_api,
+    pod_from_api,
+    taint_to_api,
+)
+from spotwright.adapters.kube.informer import ChangeType, Informer
+from spotwright.adapters.kube.nodeclaims import NodeClaimStorage, StoredClaim
+from spotwright.model.objects import Node, NodeClaim, Pod, PodDisruptionBudget, Taint
+from spotwright.observability.logs import get_logger
+from spotwright.ports.cluster import (
+    ClusterError,
+    EvictionBlocked,
+    Kind,
+    NotFound,
+    WatchEvent,
+)
+
+__all__ = ["KubeCluster"]
+
+log = get_logger("kube.cluster")
+
+REPORTING_CONTROLLER = "spotwright.io/controller"
+_EVENT_QUEUE = 2000
+_EVENT_WORKERS = 4
+_EVENT_DEDUP_SECONDS = 60.0
+_API_VERSIONS = {"Pod": "v1", "Node": "v1", "NodeClaim": "spotwright.io/v1alpha1"}
+
+
+class KubeCluster:
+    def __init__(
+        self,
+        api: Api,
+        *,
+        identity: str = "spotwright",
+        fence: Callable[[], bool] | None = None,
+    ) -> None:
+        self.api = api
+        self.identity = identity
+        self.fence = fence
+        self._subs: list[tuple[frozenset[str], asyncio.Queue[WatchEvent]]] = []
+        self._by_node: dict[str, dict[str, Pod]] = {}
+        self._node_uids: dict[str, str] = {}
+        self.pods_cache: Informer[Pod] = Informer(api, PODS, pod_from_api, listener=self._on_pod)
+        self.nodes_cache: Informer[Node] = Informer(
+            api, NODES, self._convert_node, listener=self._on_node
+        )
+        self.pdbs_cache: Informer[PodDisruptionBudget] = Informer(api, PDBS, pdb_from_api)
+        self.claims = NodeClaimStorage(api)
+        self.claims.informer.listener = self._on_claim
+        self._events: asyncio.Queue[dict[str, Any]] = asyncio.Queue(_EVENT_QUEUE)
+        self._recent_events: OrderedDict[tuple[str, ...], float] = OrderedDict()
+        self.events_dropped = 0
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # -- lifecycle ------------------------------------------------------------------------
+    @property
+    def informers(self) -> tuple[Informer[Any], ...]:
+        return (self.pods_cache, self.nodes_cache, self.pdbs_cache, self.claims.informer)
+
+    async def start(self, *, timeout: float = 60.0) -> None:
+        """Start the caches and the event recorder; return once every cache has listed."""
+        for informer in self.informers:
+            self._tasks.append(asyncio.create_task(informer.run()))
+        for _ in range(_EVENT_WORKERS):
+            self._tasks.append(asyncio.create_task(self._event_worker()))
+        async with asyncio.timeout(timeout):
+            for informer in self.informers:
+                await informer.synced.wait()
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+
+    # -- reads ----------------------------------------------------------------------------
+    def pods(self) -> Sequence[Pod]:
+        return list(self.pods_cache.items.values())
+
+    def pod(self, key: str) -> Pod | None:
+        return self.pods_cache.items.get(key)
+
+    def pods_on(self, node_name: str) -> Sequence[Pod]:
+        return list(self._by_node.get(node_name, {}).values())
+
+    def nodes(self) -> Sequence[Node]:
+        return list(self.nodes_cache.items.values())
+
+    def node(self, name: str) -> Node | None:
+        return self.nodes_cache.items.get(name)
+
+    def node_claims(self) -> Sequence[NodeClaim]:
+        return [s.claim for s in self.claims.informer.items.values()]
+
+    def node_claim(self, name: str) -> NodeClaim | None:
+        stored = self.claims.informer.items.get(name)
+        return stored.claim if stored is not None else None
+
+    def pdbs(self) -> Sequence[PodDisruptionBudget]:
+        return list(self.pdbs_cache.items.values())
+
+    def watch(self, *kinds: Kind) -> AsyncIterator[WatchEvent]:
+        """Subscribe now; every cached object of these kinds is announced first."""
+        queue: asyncio.Queue[WatchEvent] = asyncio.Queue()
+        wanted = frozenset(kinds)
+        if "node" in wanted:
+            for name in self.nodes_cache.items:
+                queue.put_nowait(WatchEvent("node", "MODIFIED", name))
+        if "pod" in wanted:
+            for key in self.pods_cache.items:
+                queue.put_nowait(WatchEvent("pod", "MODIFIED", key))
+        if "nodeclaim" in wanted:
+            for name, stored in self.claims.informer.items.items():
+                fresh = not stored.claim.provider_id and not stored.deleting
+                queue.put_nowait(WatchEvent("nodeclaim", "ADDED" if fresh else "MODIFIED", name))
+        entry = (wanted, queue)
+        self._subs.append(entry)
+        return _Subscription(self._subs, entry)
+
+    # -- cache listeners --------------------------------------------------------------------
+    def _convert_node(self, obj: Mapping[str, Any]) -> Node:
+        node = node_from_api(obj)
+        self._node_uids[node.name] = str((obj.get("metadata") or {}).get("uid") or "")
+        return node
+
+    def _on_pod(self, change: ChangeType, key: str, old: Pod | None, new: Pod | None) -> None:
+        if old is not None and old.node_name is not None:
+            on_node = self._by_node.get(old.node_name)
+            if on_node is not None:
+                on_node.pop(key, None)
+                if not on_node:
+                    del self._by_node[old.node_name]
+        if new is not None and new.node_name is not None:
+            self._by_node.setdefault(new.node_name, {})[key] = new
+        self._publish("pod", change, key)
+
+    def _on_node(self, change: ChangeType, key: str, old: Node | None, new: Node | None) -> None:
+        if change == "DELETED":
+            self._node_uids.pop(key, None)
+        self._publish("node", change, key)
+
+    def _on_claim(
+        self, change: ChangeType, key: str, old: StoredClaim | None, new: StoredClaim | None
+    ) -> None:
+        if change == "DELETED":
+            self.claims.forget_history(key)
+        self._publish("nodeclaim", change, key)
+
+    def _publish(self, kind: Kind, change: ChangeType, name: str) -> None:
+        if not self._subs:
+            return
+        event = WatchEvent(kind, change, name)
+        for kinds, queue in self._subs:
+            if kind in kinds:
+                queue.put_nowait(event)
+
+    # -- writes ---------------------------------------------------------------------------
+    def _check_fence(self) -> None:
+        if self.fence is not None and not self.fence():
+            raise ClusterError("not the leader any more: refusing to write")
+
+    async def create_node_claim(self, claim: NodeClaim) -> None:
+        self._check_fence()
+        await self.claims.create(claim)
+
+    async def update_node_claim(self, claim: NodeClaim) -> None:
+        self._check_fence()
+        await self.claims.update(claim)
+
+    async def remove_node_claim(self, name: str) -> None:
+        self._check_fence()
+        await self.claims.remove(name)
+
+    async def patch_node(
+        self,
+        name: str,
+        *,
+        add_taints: Sequence[Taint] = (),
+        remove_taints: Sequence[str] = (),
+        unschedulable: bool | None = None,
+        labels: Mapping[str, str | None] | None = None,
+    ) -> None:
+        """One strategic-merge patch: taints merge by key, so others' taints are kept."""
+        self._check_fence()
+        spec: dict[str, Any] = {}
+        added = {t.key for t in add_taints}
+        taints: list[dict[str, Any]] = [taint_to_api(t) for t in add_taints]
+        taints += [{"key": k, "$patch": "delete"} for k in remove_taints if k not in added]
+        if taints:
+            spec["taints"] = taints
+        if unschedulable is not None:
+            spec["unschedulable"] = unschedulable
+        patch: dict[str, Any] = {}
+        if spec:
+            patch["spec"] = spec
+        if labels:
+            patch["metadata"] = {"labels": dict(labels)}
+        if not patch:
+            return
+        try:
+            response = await self.api.patch(NODES, name, patch, patch_type=PatchType.STRATEGIC)
+        except Exception as exc:
+            raise _error(exc, f"node {name}") from exc
+        self.nodes_cache.apply(response)
+
+    async def delete_node(self, name: str) -> None:
+        self._check_fence()
+        try:
+            await self.api.delete(NODES, name)
+        except Exception as exc:
+            if status_code(exc) != 404:
+                raise _error(exc, f"node {name}") from exc
+        self.nodes_cache.forget(name)
+
+    async def evict(self, pod: Pod) -> None:
+        self._check_fence()
+        try:
+            await self.api.evict(pod.namespace, pod.name, pod.uid)
+        except Exception as exc:
+            code = status_code(exc)
+            if code == 429:
+                raise EvictionBlocked(str(exc)) from exc
+            raise _error(exc, f"pod {pod.key}") from exc
+        self._mark_terminating(pod.key, evicted=True)
+
+    async def delete_pod(self, pod: Pod, grace_seconds: float | None = None) -> None:
+        self._check_fence()
+        grace = None if grace_seconds is None else max(0, int(grace_seconds))
+        try:
+            await self.api.delete(PODS, pod.name, namespace=pod.namespace, grace_seconds=grace)
+        except Exception as exc:
+            raise _error(exc, f"pod {pod.key}") from exc
+        self._mark_terminating(pod.key, evicted=False)
+
+    def _mark_terminating(self, key: str, *, evicted: bool) -> None:
+        """The API accepted the deletion; show it before the watch event does."""
+        cached = self.pods_cache.items.get(key)
+        if cached is not None and cached.deleting_since is None:
+            cached.deleting_since = time.time()
+            cached.evicted = cached.evicted or evicted
+            self.pods_cache.touch(key)
+
+    async def record_event(
+        self, kind: str, name: str, reason: str, message: str, *, warning: bool = False
+    ) -> None:
+        now = time.time()
+        signature = (kind, name, reason, message)
+        last = self._recent_events.get(signature)
+        if last is not None and now - last < _EVENT_DEDUP_SECONDS:
+            return
+        self._recent_events[signature] = now
+        self._recent_events.move_to_end(signature)
+        while len(self._recent_events) > 4096:
+            self._recent_events.popitem(last=False)
+        try:
+            self._events.put_nowait(self._event(kind, name, reason, message, warning, now))
+        except asyncio.QueueFull:
+            self.events_dropped += 1
+
+    def _event(
+        self, kind: str, name: str, reason: str, message: str, warning: bool, now: float
+    ) -> dict[str, Any]:
+        namespace, _, short = name.rpartition("/")
+        regarding: dict[str, Any] = {
+            "apiVersion": _API_VERSIONS.get(kind, "v1"),
+            "kind": kind,
+            "name": short,
+        }
+        uid = self._uid(kind, name)
+        if uid:
+            regarding["uid"] = uid
+        if namespace:
+            regarding["namespace"] = namespace
+        return {
+            "metadata": {"generateName": f"{short}.", "namespace": namespace or "default"},
+            "eventTime": format_time(now),
+            "reportingController": REPORTING_CONTROLLER,
+            "reportingInstance": self.identity[:128],
+            "action": reason[:128],
+            "reason": reason[:128],
+            "note": message[:1024],
+            "type": "Warning" if warning else "Normal",
+            "regarding": regarding,
+        }
+
+    def _uid(self, kind: str, name: str) -> str:
+        if kind == "Pod":
+            pod = self.pods_cache.items.get(name)
+            return pod.uid if pod is not None else ""
+        if kind == "Node":
+            return self._node_uids.get(name, "")
+        if kind == "NodeClaim":
+            stored = self.claims.informer.items.get(name)
+            return stored.uid if stored is not None else ""
+        return ""
+
+    async def _event_worker(self) -> None:
+        while True:
+            event = await self._events.get()
+            try:
+                await self.api.create(EVENTS, event, namespace=event["metadata"]["namespace"])
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # an Event is best effort, never a failure
+                log.debug("could not record event", reason=event["reason"], error=str(exc))
+
+    async def flush_events(self, timeout: float = 5.0) -> None:
+        """Wait (at most ``timeout``) until queued Events have been sent: for shutdown."""
+        deadline = time.monotonic() + timeout
+        while not self._events.empty() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+
+
+class _Subscription:
+    def __init__(
+        self,
+        subs: list[tuple[frozenset[str], asyncio.Queue[WatchEvent]]],
+        entry: tuple[frozenset[str], asyncio.Queue[WatchEvent]],
+    ) -> None:
+        self._subs = subs
+        self._entry = entry
+
+    def __aiter__(self) -> _Subscription:
+        return self
+
+    async def __anext__(self) -> WatchEvent:
+        try:
+            return await self._entry[1].get()
+        except asyncio.CancelledError:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        if self._entry in self._subs:
+            self._subs.remove(self._entry)
+
+
+def _error(exc: Exception, what: str) -> ClusterError:
+    if status_code(exc) == 404:
+        return NotFound(f"{what} not found")
+    return ClusterError(f"{what}: {exc}")

@@ -1,0 +1,52 @@
+"""Fixtures of the real-cluster tier: one local control plane for the whole pytest session.
+
+Tests here are marked ``@pytest.mark.cluster`` (deselect the tier with ``-m "not cluster"``).
+They skip with a one-line reason when the pinned binaries are not built and building was
+not requested (``SPOTWRIGHT_TESTCLUSTER_BUILD=1`` builds them first; see docs/testing.md).
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Iterator
+
+import pytest
+
+from spotwright.testing.cluster import TestCluster, availability, ensure_binaries
+
+_STARTUP_KEY = pytest.StashKey[dict[str, float]]()
+
+
+@pytest.fixture(scope="session")
+def test_cluster(request: pytest.FixtureRequest) -> Iterator[TestCluster]:
+    """A running etcd + kube-apiserver + kube-controller-manager + kube-scheduler + kwok."""
+    reason = availability()
+    if reason is not None:
+        pytest.skip(reason)
+    cluster = TestCluster(ensure_binaries())
+    cluster.start()
+    request.config.stash[_STARTUP_KEY] = dict(cluster.timings)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def namespace(test_cluster: TestCluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace per test (its ``default`` ServiceAccount already exists)."""
+    stem = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"{stem}-{secrets.token_hex(3)}"
+    test_cluster.create_namespace(name)
+    try:
+        yield name
+    finally:
+        test_cluster.delete_namespace(name)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    timings = terminalreporter.config.stash.get(_STARTUP_KEY, None)
+    if timings:
+        phases = ", ".join(f"{k} {v:.1f}s" for k, v in timings.items() if k != "total")
+        terminalreporter.write_line(f"test cluster started in {timings['total']:.1f}s ({phases})")
