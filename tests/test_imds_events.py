@@ -279,11 +279,6 @@ def test_rebalance_id_is_derived_from_what_the_queue_recommendation_also_carries
     assert imds.id == notice_event_id(sqs.kind, sqs.instance_id, sqs.start)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the EventBridge spot and rebalance parsers still derive ids from the envelope "
-    "id; switching them to notice_event_id is pending (see docs/events.md)",
-)
 def test_the_same_notice_from_imds_and_sqs_is_one_event() -> None:
     imds = one(parse("spot/instance-action", body("spot_instance_action.json")))
     sqs = one(parse_eventbridge((SQS_DATA / "spot_interruption.json").read_text()))

@@ -167,10 +167,10 @@ def test_a_notice_delivered_twice_acts_once(sim: Simulator) -> None:
     sim.run(body)
 
 
-Action = Literal["none", "cordon", "drain"]
+Action = Literal["none", "cordon", "replace-then-drain"]
 
 
-@pytest.mark.parametrize("action", ["none", "cordon", "drain"])
+@pytest.mark.parametrize("action", ["none", "cordon", "replace-then-drain"])
 def test_a_rebalance_recommendation_does_what_the_setting_says(
     sim: Simulator, action: Action
 ) -> None:
@@ -195,7 +195,13 @@ def test_a_rebalance_recommendation_does_what_the_setting_says(
             assert w.pods_of("web") == pods and all(p.ready for p in pods)
             assert len(w.claim_history) == 1
         else:
-            assert claim.deleting_since is not None and claim.drain_deadline is None
+            # Replacement first: tainted so the pods count as pending, drained later.
+            assert tainted and claim.deleting_since is None
+            assert all(p.ready for p in pods)
+            await w.until(lambda: claim.deleting_since is not None, within=180, what="drain")
+            assert claim.drain_deadline is None
+            replacement = w.claim_history[-1]
+            assert replacement.name != claim.name and replacement.initialized_at is not None
             await w.until(lambda: w.cluster.node_claim(claim.name) is None, within=120, what="gone")
             await w.until(lambda: w.all_ready("web"), within=60, what="web ready elsewhere")
             assert (w.ledger.evicted, w.ledger.lost) == (2, 0)
@@ -219,7 +225,7 @@ def test_a_warning_after_a_rebalance_drain_bounds_it_by_the_deadline(sim: Simula
         assert w.clock.now() <= deadline + 0.1
         assert w.counter("spotwright_pods_evicted_total", reason="deadline") == 2
 
-    sim.run(body, settings=Settings(rebalance_action="drain"))
+    sim.run(body, settings=Settings(rebalance_action="replace-then-drain"))
 
 
 def test_a_rebalance_for_a_node_already_gone_does_not_stop_the_handler(sim: Simulator) -> None:

@@ -42,6 +42,10 @@ Vec = tuple[int, ...]
 
 _EPS = 1e-9
 _NODE_LIMIT = 4000
+_PROOF_LIMIT = 100_000
+#: Branch-and-bound nodes column generation may spend in all; past it, the bound is
+#: Farley's for the duals reached (still valid, a little lower).
+_WORK_BUDGET = 400_000
 _MAX_ROUNDS = 2000
 _COLUMNS_PER_ROUND = 8
 
@@ -103,6 +107,7 @@ class _ColumnGeneration:
         self.m = len(shapes)
         self.n = [float(s.count) for s in shapes]
         self.solo_of = [s.solo for s in shapes]
+        self.dims = [d for d in range(len(shapes[0].req)) if any(s.req[d] for s in shapes)]
         # start from one column per shape: its best type holding as many as fit
         self.columns: list[tuple[float, list[int]]] = []
         basis: list[int] = []
@@ -134,6 +139,7 @@ class _ColumnGeneration:
 
     def run(self) -> BoundResult:
         converged = False
+        self.budget = _WORK_BUDGET
         y = self.duals()
         for _ in range(_MAX_ROUNDS):
             entering = self._price_pool(y)
@@ -205,14 +211,21 @@ class _ColumnGeneration:
                 ranked.append((sack.root / price, price, sack))
         ranked.sort(key=lambda r: -r[0])
         added = 0
-        for _, price, sack in ranked:
-            value, pattern = sack.solve(price * (1 + 1e-7))
-            if pattern is not None and value > price * (1 + 1e-7):
-                self._add(price, pattern)
-                added += 1
-                if added >= _COLUMNS_PER_ROUND:
-                    break
-        return added > 0
+        for limit in (_NODE_LIMIT, _PROOF_LIMIT):
+            for _, price, sack in ranked:
+                if self.budget <= 0:
+                    return added > 0
+                sack.complete = True
+                value, pattern = sack.solve(price * (1 + 1e-7), min(limit, self.budget))
+                self.budget -= sack.nodes
+                if pattern is not None and value > price * (1 + 1e-7):
+                    self._add(price, pattern)
+                    added += 1
+                    if added >= _COLUMNS_PER_ROUND:
+                        return True
+            if added:
+                return True
+        return False
 
     def _farley(self, y: list[float]) -> float:
         covered = sum(n * v for n, v in zip(self.n, y, strict=True))
@@ -226,7 +239,7 @@ class _ColumnGeneration:
         for sack, price in sacks:
             if sack.root / price <= worst:
                 break  # sorted: no later type can raise the maximum
-            value, _ = sack.solve(0.0)
+            value, _ = sack.solve(0.0, _PROOF_LIMIT)
             worst = max(worst, (value if sack.complete else sack.root) / price)
         return covered / worst if worst > 0 else 0.0
 
@@ -234,78 +247,107 @@ class _ColumnGeneration:
 class _Knapsack:
     """Most valuable pattern of pod shapes one node of capacity ``cap`` holds.
 
-    Depth-first branch and bound over shapes, densest first, bounded by the smallest of
-    the single-resource fractional relaxations. ``root`` is that bound for the whole
-    problem; ``complete`` says whether the search finished within ``_NODE_LIMIT`` nodes
-    (if not, only ``root`` is a safe upper bound).
+    The bound is a surrogate relaxation: the resource constraints are added up with
+    weights into one, and the fractional knapsack on that one constraint can only be
+    worth more than any real pattern. ``root`` is the smallest such bound over a grid of
+    weights (close to the LP relaxation); the branch and bound below uses the weights
+    that gave it, visiting shapes by value per unit of the weighted size. ``complete``
+    says whether the search finished within ``_NODE_LIMIT`` nodes; if not, only ``root``
+    is a safe upper bound.
     """
 
     def __init__(self, cg: _ColumnGeneration, y: list[float], cap: Vec) -> None:
         self.m = cg.m
         self.cap = cap
-        items: list[tuple[float, int, int]] = []
-        dims = [d for d in range(len(cap)) if any(s.req[d] for s in cg.shapes)]
+        dims = [d for d in cg.dims if cap[d] > 0]
         self.dims = dims
+        chosen: list[tuple[int, int]] = []
         for i, shape in enumerate(cg.shapes):
             if y[i] <= 1e-15:
                 continue
             k = _copies(shape.req, cap, 1 if shape.solo else shape.count)
-            if k <= 0:
-                continue
-            size = max(shape.req[d] / cap[d] for d in dims)
-            items.append((y[i] / max(size, 1e-12), i, k))
-        items.sort(reverse=True)
-        self.order = [i for _, i, _ in items]
-        self.limits = [k for _, _, k in items]
-        self.reqs = [cg.shapes[i].req for i in self.order]
-        self.vals = [y[i] for i in self.order]
-        self.solos = [cg.solo_of[i] for i in self.order]
-        # per resource, item positions by value per unit of that resource
-        self.by_dim = [
-            sorted(
-                range(len(self.order)),
-                key=lambda p, d=d: -(self.vals[p] / self.reqs[p][d]) if self.reqs[p][d] else -math.inf,
-            )
-            for d in dims
-        ]
-        self.root = self._relax(0, list(cap), frozenset())
+            if k > 0:
+                chosen.append((i, k))
         self.complete = True
+        self.nodes = 0
+        if not chosen:
+            self.root, self.order = 0.0, []
+            return
+        self.root, self.u = _lagrangian(chosen, y, cg, cap, dims)
+        u = self.u
+        items = []
+        for i, k in chosen:
+            cost = sum(cg.shapes[i].req[d] * u[j] for j, d in enumerate(dims))
+            items.append((y[i] / cost if cost > 0 else math.inf, i, k, cost))
+        items.sort(key=lambda t: -t[0])
+        self.items = items
+        self.order = [i for _, i, _, _ in items]
+        self.y = y
+        self.reqs = [cg.shapes[i].req for i in self.order]
+        self.solos = [cg.solo_of[i] for i in self.order]
 
-    def _relax(self, start: int, free: list[int], used: frozenset[str]) -> float:
-        bound = math.inf
-        for slot, d in enumerate(self.dims):
-            room = free[d]
-            if room < 0:
-                return -math.inf
-            total = 0.0
-            for p in self.by_dim[slot]:
-                if p < start or (self.solos[p] and self.solos[p] in used):
+    def greedy(self) -> tuple[float, list[int] | None]:
+        """A good pattern fast: repeatedly add the shape worth most per unit of what it
+        uses of the resources still free (scarce resources weigh more), half of what
+        fits at a time so the others keep a chance."""
+        cap, dims, y = self.cap, self.dims, self.y
+        free = list(cap)
+        left = {i: k for _, i, k, _ in self.items}
+        req_of = dict(zip(self.order, self.reqs, strict=True))
+        solo_of = dict(zip(self.order, self.solos, strict=True))
+        used: set[str] = set()
+        pattern = [0] * self.m
+        value = 0.0
+        while True:
+            best_i, best_score, best_fit = -1, 0.0, 0
+            for i, k in left.items():
+                if not k or (solo_of[i] and solo_of[i] in used):
                     continue
-                need = self.reqs[p][d]
-                if not need:
-                    total += self.vals[p] * self.limits[p]
+                req = req_of[i]
+                fit, cost = k, 0.0
+                for d in dims:
+                    if req[d]:
+                        fit = min(fit, free[d] // req[d])
+                        cost += req[d] / free[d] if free[d] > 0 else math.inf
+                if fit <= 0:
                     continue
-                take = min(self.limits[p], room / need)
-                total += take * self.vals[p]
-                room -= take * need
-                if room <= 0:
-                    break
-            if total < bound:
-                bound = total
-        return bound
+                score = y[i] / cost if cost > 0 else math.inf
+                if score > best_score:
+                    best_i, best_score, best_fit = i, score, fit
+            if best_i < 0:
+                break
+            take = max(1, best_fit // 2)
+            req = req_of[best_i]
+            for d in range(len(free)):
+                free[d] -= take * req[d]
+            left[best_i] -= take
+            pattern[best_i] += take
+            value += take * y[best_i]
+            if solo_of[best_i]:
+                used.add(solo_of[best_i])
+        return value, (pattern if value > 0 else None)
 
-    def solve(self, target: float) -> tuple[float, list[int] | None]:
+    def solve(self, target: float, limit: int = _NODE_LIMIT) -> tuple[float, list[int] | None]:
         """Search; stop early once a pattern worth more than ``target`` (if > 0) is found."""
-        order, reqs, vals, solos, limits = self.order, self.reqs, self.vals, self.solos, self.limits
-        n_items, dims = len(order), self.dims
-        best_value, best_pattern = 0.0, None
+        if not self.order:
+            return 0.0, None
+        items, reqs, solos, y, dims = self.items, self.reqs, self.solos, self.y, self.dims
+        cap, u = self.cap, self.u
+        n_items = len(items)
+        gains = [
+            y[i] - sum(reqs[p][d] * u[j] for j, d in enumerate(dims))
+            for p, (_, i, _, _) in enumerate(items)
+        ]
+        best_value, best_pattern = self.greedy()
+        if target and best_value > target:
+            return best_value, best_pattern
         nodes = 0
         counts = [0] * n_items
 
         def descend(start: int, free: list[int], value: float, used: frozenset[str]) -> bool:
             nonlocal best_value, best_pattern, nodes
             nodes += 1
-            if nodes > _NODE_LIMIT:
+            if nodes > limit:
                 self.complete = False
                 return True
             if value > best_value:
@@ -313,30 +355,90 @@ class _Knapsack:
                 best_pattern = [0] * self.m
                 for p, c in enumerate(counts):
                     if c:
-                        best_pattern[order[p]] = c
+                        best_pattern[items[p][1]] = c
                 if target and best_value > target:
                     return True
             if start == n_items:
                 return False
-            if value + self._relax(start, free, used) <= best_value * (1 + 1e-12):
+            rest = [
+                p for p in range(start, n_items) if not (solos[p] and solos[p] in used)
+            ]
+            lagrange = sum(free[d] * u[j] for j, d in enumerate(dims))
+            for p in rest:
+                gain = gains[p]
+                if gain > 0:
+                    lagrange += items[p][2] * gain
+            if value + lagrange <= best_value * (1 + 1e-12):
                 return False
             req, solo = reqs[start], solos[start]
-            most = 0 if solo and solo in used else limits[start]
+            most = 0 if solo and solo in used else items[start][2]
             for d in dims:
                 if req[d]:
                     most = min(most, free[d] // req[d])
+            value_each = y[items[start][1]]
             for c in range(most, -1, -1):
                 counts[start] = c
                 nfree = [free[d] - c * req[d] for d in range(len(free))]
                 nused = used | {solo} if (c and solo) else used
-                if descend(start + 1, nfree, value + c * vals[start], nused):
+                if descend(start + 1, nfree, value + c * value_each, nused):
                     counts[start] = 0
                     return True
             counts[start] = 0
             return False
 
-        descend(0, list(self.cap), 0.0, frozenset())
+        descend(0, list(cap), 0.0, frozenset())
+        self.nodes = nodes
         return best_value, best_pattern
+
+
+def _lagrangian(
+    chosen: list[tuple[int, int]], y: list[float], cg: _ColumnGeneration, cap: Vec, dims: list[int]
+) -> tuple[float, list[float]]:
+    """The Lagrangian bound min over u >= 0 of ``cap.u + sum k_i max(0, y_i - a_i.u)``.
+
+    Every ``u`` gives an upper bound on the knapsack (weak duality); coordinate descent
+    on this convex piecewise-linear function gets close to the LP relaxation, which the
+    single surrogate constraint does not reach when two resources bind at once.
+    """
+    reqs = [(y[i], k, cg.shapes[i].req) for i, k in chosen]
+    u = [0.0] * len(dims)
+
+    def value() -> float:
+        total = sum(cap[d] * u[j] for j, d in enumerate(dims))
+        for yi, k, req in reqs:
+            slack = yi - sum(req[d] * u[j] for j, d in enumerate(dims))
+            if slack > 0:
+                total += k * slack
+        return total
+
+    best, best_u = value(), list(u)
+    for _ in range(30):
+        for j, d in enumerate(dims):
+            # minimise over u[j] alone: slope cap[d] - sum of k*a over items still positive
+            points = []
+            for yi, k, req in reqs:
+                a = req[d]
+                if a <= 0:
+                    continue
+                rest = yi - sum(req[e] * u[m] for m, e in enumerate(dims) if m != j)
+                if rest > 0:
+                    points.append((rest / a, k * a))
+            points.sort()
+            slope = cap[d] - sum(w for _, w in points)
+            u[j] = 0.0
+            for breakpoint, w in points:
+                if slope >= 0:
+                    break
+                u[j] = breakpoint
+                slope += w
+        now = value()
+        if now < best:
+            best_u = list(u)
+        if now >= best * (1 - 1e-9):
+            best = min(best, now)
+            break
+        best = now
+    return best, best_u
 
 
 def _copies(req: Vec, cap: Vec, limit: int) -> int:

@@ -58,7 +58,11 @@ class Settings:
     garbage_collection_interval_seconds: float = 120.0
     garbage_collection_grace_seconds: float = 60.0
     interruption_workers: int = 10
-    rebalance_action: Literal["none", "cordon", "drain"] = "drain"
+    #: What a rebalance recommendation gets: nothing, a cordon, or a replacement first and
+    #: a drain once the replacement is ready (the values of ``ActionPolicy``).
+    rebalance_action: Literal["none", "cordon", "replace-then-drain"] = "replace-then-drain"
+    #: replace-then-drain drains anyway after this long without the replacement ready.
+    replacement_wait_seconds: float = 600.0
     #: At an interruption deadline, delete what is left rather than leave it to die.
     force_at_deadline: bool = True
     eviction_backoff_min: float = 0.1

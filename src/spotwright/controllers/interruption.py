@@ -17,6 +17,7 @@ import contextlib
 from collections import OrderedDict
 
 from spotwright.controllers.context import Context
+from spotwright.controllers.termination import DISRUPTED_TAINT
 from spotwright.events import (
     EventKind,
     EventParseError,
@@ -45,6 +46,7 @@ class InterruptionHandler:
         self.ctx = ctx
         self.queue = queue
         self._seen: OrderedDict[str, None] = OrderedDict()
+        self._waiting: set[asyncio.Task[None]] = set()
 
     async def run(self) -> None:
         workers = [
@@ -152,10 +154,49 @@ class InterruptionHandler:
                     await ctx.cluster.patch_node(claim.node_name, unschedulable=True)
             ctx.metrics.actions.labels("cordon").inc()
             return
-        # Drain without a deadline: the provisioner starts the replacement at once, and
-        # PodDisruptionBudgets hold evictions back until the replacements are ready.
-        await self._delete_claim(claim, EventKind.REBALANCE_RECOMMENDATION.value, None)
         ctx.metrics.actions.labels("replace-then-drain").inc()
+        if claim.node_name:
+            # The taint makes the provisioner count the node's pods as pending now, so the
+            # replacement boots while they keep serving; the drain waits for it.
+            with contextlib.suppress(NotFound):
+                await ctx.cluster.patch_node(claim.node_name, add_taints=[DISRUPTED_TAINT])
+            log.info("tainted node, replacement first", node=claim.node_name, nodeclaim=claim.name)
+        task = asyncio.create_task(self._drain_when_replaced(claim.name, ctx.clock.now()))
+        self._waiting.add(task)
+        task.add_done_callback(self._waiting.discard)
+
+    async def _drain_when_replaced(self, claim_name: str, since: float) -> None:
+        """Drain once every claim launched since the recommendation is initialized.
+
+        A batch window is let pass first so that the provisioner has ordered the
+        replacement; an interruption notice meanwhile deletes the claim with its deadline,
+        which ends this wait.
+        """
+        ctx = self.ctx
+        settings = ctx.settings
+        give_up = since + settings.replacement_wait_seconds
+        await ctx.clock.sleep(settings.batch_max_seconds + settings.batch_idle_seconds)
+        while ctx.clock.now() < give_up:
+            claim = ctx.cluster.node_claim(claim_name)
+            if claim is None or claim.deleting_since is not None:
+                return
+            booting = [
+                c
+                for c in ctx.cluster.node_claims()
+                if c.created_at >= since and c.deleting_since is None and c.initialized_at is None
+            ]
+            if not booting:
+                break
+            await ctx.clock.sleep(1.0)
+        claim = ctx.cluster.node_claim(claim_name)
+        if claim is None:
+            return
+        log.info(
+            "replacement ready, draining",
+            nodeclaim=claim_name,
+            waited=f"{ctx.clock.now() - since:.0f}s",
+        )
+        await self._delete_claim(claim, EventKind.REBALANCE_RECOMMENDATION.value, None)
 
     async def _delete_claim(self, claim: NodeClaim, reason: str, deadline: float | None) -> None:
         ctx = self.ctx

@@ -8,7 +8,7 @@ records it, NTH cordons or drains it depending on its settings.
 from __future__ import annotations
 
 from spotwright.events._common import Envelope, detail_where, instance_id_field
-from spotwright.events.model import EventKind, InterruptionEvent, event_id
+from spotwright.events.model import EventKind, InterruptionEvent, notice_event_id
 
 __all__ = ["DETAIL_TYPE", "SOURCE", "parse"]
 
@@ -21,7 +21,7 @@ def parse(env: Envelope) -> list[InterruptionEvent]:
     kind = EventKind.REBALANCE_RECOMMENDATION
     return [
         InterruptionEvent(
-            id=event_id(kind, env.id, instance_id),
+            id=notice_event_id(kind, instance_id, env.time),
             kind=kind,
             instance_id=instance_id,
             start=env.time,

@@ -8,7 +8,12 @@ the deadline is the notice itself.
 from __future__ import annotations
 
 from spotwright.events._common import Envelope, detail_where, instance_id_field, optional_str
-from spotwright.events.model import EventKind, InterruptionEvent, MalformedEvent, event_id
+from spotwright.events.model import (
+    EventKind,
+    InterruptionEvent,
+    MalformedEvent,
+    notice_event_id,
+)
 
 __all__ = ["DETAIL_TYPE", "NOTICE_SECONDS", "SOURCE", "parse"]
 
@@ -30,7 +35,7 @@ def parse(env: Envelope) -> list[InterruptionEvent]:
     kind = EventKind.SPOT_INTERRUPTION
     return [
         InterruptionEvent(
-            id=event_id(kind, env.id, instance_id),
+            id=notice_event_id(kind, instance_id, env.time),
             kind=kind,
             instance_id=instance_id,
             start=env.time,

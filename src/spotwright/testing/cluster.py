@@ -87,6 +87,7 @@ POD_CIDR = "10.244.0.0/16"
 # Not loopback, not routed: the apiserver only publishes it; nothing connects to it.
 ADVERTISE_ADDRESS = "10.255.255.254"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+FRONT_PROXY_CLIENT = "front-proxy-client"
 
 # Stage files (from the build's stages/ directory) that make up kwok's --config.
 _BASE_STAGES = (
@@ -211,6 +212,9 @@ class Credentials:
     ca_key: Path
     serving_cert: Path
     serving_key: Path
+    front_proxy_ca_cert: Path
+    front_proxy_client_cert: Path
+    front_proxy_client_key: Path
     sa_key: Path
     sa_pub: Path
     token_file: Path
@@ -218,7 +222,10 @@ class Credentials:
 
 
 def _generate_credentials(pki: Path, users: Mapping[str, tuple[str, ...]]) -> Credentials:
-    """A CA, an apiserver serving certificate, a ServiceAccount key pair and static tokens."""
+    """The cluster CA and apiserver serving certificate, a front-proxy CA and client
+    certificate (the request-header authentication kube-controller-manager and
+    kube-scheduler look up, and the aggregator uses), a ServiceAccount key pair, and
+    static tokens."""
     try:
         from cryptography import x509
         from cryptography.hazmat.primitives import hashes, serialization
@@ -241,68 +248,79 @@ def _generate_credentials(pki: Path, users: Mapping[str, tuple[str, ...]]) -> Cr
             )
         )
 
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "spotwright-testcluster-ca")])
-    ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(not_before)
-        .not_valid_after(not_after)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                key_cert_sign=True,
-                crl_sign=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                encipher_only=False,
-                decipher_only=False,
+    def pem_cert(cert: Any) -> bytes:
+        return bytes(cert.public_bytes(serialization.Encoding.PEM))
+
+    def issue(
+        common_name: str,
+        issuer: tuple[Any, Any] | None = None,
+        *,
+        usage: Any = None,
+        sans: list[x509.GeneralName] | None = None,
+    ) -> tuple[Any, Any]:
+        """A (certificate, key) pair: a self-signed CA without ``issuer``, else a leaf."""
+        key = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+        signer_cert, signer_key = issuer if issuer else (None, key)
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(signer_cert.subject if signer_cert is not None else name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(not_before)
+            .not_valid_after(not_after)
+            .add_extension(x509.BasicConstraints(ca=issuer is None, path_length=None), True)
+        )
+        if issuer is None:
+            builder = builder.add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            ).add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), False)
+        else:
+            builder = builder.add_extension(
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(signer_key.public_key()),
+                False,
+            ).add_extension(x509.ExtendedKeyUsage([usage]), False)
+        if sans:
+            builder = builder.add_extension(x509.SubjectAlternativeName(sans), False)
+        return builder.sign(signer_key, hashes.SHA256()), key
+
+    ca = issue("spotwright-testcluster-ca")
+    serving = issue(
+        "kube-apiserver",
+        ca,
+        usage=ExtendedKeyUsageOID.SERVER_AUTH,
+        sans=[
+            x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+            x509.IPAddress(ipaddress.ip_address("10.96.0.1")),  # the `kubernetes` Service
+            x509.IPAddress(ipaddress.ip_address(ADVERTISE_ADDRESS)),
+            *(
+                x509.DNSName(name)
+                for name in (
+                    "localhost",
+                    "kubernetes",
+                    "kubernetes.default",
+                    "kubernetes.default.svc",
+                    "kubernetes.default.svc.cluster.local",
+                )
             ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False)
-        .sign(ca_key, hashes.SHA256())
+        ],
     )
-
-    serving_key = ec.generate_private_key(ec.SECP256R1())
-    sans: list[x509.GeneralName] = [
-        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-        x509.IPAddress(ipaddress.ip_address("10.96.0.1")),  # the `kubernetes` Service
-        x509.IPAddress(ipaddress.ip_address(ADVERTISE_ADDRESS)),
-        *(
-            x509.DNSName(name)
-            for name in (
-                "localhost",
-                "kubernetes",
-                "kubernetes.default",
-                "kubernetes.default.svc",
-                "kubernetes.default.svc.cluster.local",
-            )
-        ),
-    ]
-    serving_cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")]))
-        .issuer_name(ca_name)
-        .public_key(serving_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(not_before)
-        .not_valid_after(not_after)
-        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), False
-        )
-        .sign(ca_key, hashes.SHA256())
+    front_proxy_ca = issue("spotwright-testcluster-front-proxy-ca")
+    front_proxy_client = issue(
+        FRONT_PROXY_CLIENT, front_proxy_ca, usage=ExtendedKeyUsageOID.CLIENT_AUTH
     )
-
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
 
     creds = Credentials(
@@ -310,14 +328,20 @@ def _generate_credentials(pki: Path, users: Mapping[str, tuple[str, ...]]) -> Cr
         ca_key=pki / "ca.key",
         serving_cert=pki / "apiserver.crt",
         serving_key=pki / "apiserver.key",
+        front_proxy_ca_cert=pki / "front-proxy-ca.crt",
+        front_proxy_client_cert=pki / "front-proxy-client.crt",
+        front_proxy_client_key=pki / "front-proxy-client.key",
         sa_key=pki / "sa.key",
         sa_pub=pki / "sa.pub",
         token_file=pki / "tokens.csv",
     )
-    creds.ca_cert.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
-    _write_private(creds.ca_key, pem_key(ca_key))
-    creds.serving_cert.write_bytes(serving_cert.public_bytes(serialization.Encoding.PEM))
-    _write_private(creds.serving_key, pem_key(serving_key))
+    creds.ca_cert.write_bytes(pem_cert(ca[0]))
+    _write_private(creds.ca_key, pem_key(ca[1]))
+    creds.serving_cert.write_bytes(pem_cert(serving[0]))
+    _write_private(creds.serving_key, pem_key(serving[1]))
+    creds.front_proxy_ca_cert.write_bytes(pem_cert(front_proxy_ca[0]))
+    creds.front_proxy_client_cert.write_bytes(pem_cert(front_proxy_client[0]))
+    _write_private(creds.front_proxy_client_key, pem_key(front_proxy_client[1]))
     _write_private(creds.sa_key, pem_key(sa_key))
     creds.sa_pub.write_bytes(
         sa_key.public_key().public_bytes(
@@ -747,6 +771,13 @@ class TestCluster:
             f"--tls-cert-file={creds.serving_cert}",
             f"--tls-private-key-file={creds.serving_key}",
             f"--client-ca-file={creds.ca_cert}",
+            f"--requestheader-client-ca-file={creds.front_proxy_ca_cert}",
+            f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={creds.front_proxy_client_cert}",
+            f"--proxy-client-key-file={creds.front_proxy_client_key}",
             f"--token-auth-file={creds.token_file}",
             "--authorization-mode=Node,RBAC",
             f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
