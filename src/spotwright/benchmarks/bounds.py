@@ -69,9 +69,7 @@ class BoundResult:
     patterns: int
 
 
-def configuration_bound(
-    shapes: Sequence[Shape], types: Sequence[tuple[float, Vec]]
-) -> BoundResult:
+def configuration_bound(shapes: Sequence[Shape], types: Sequence[tuple[float, Vec]]) -> BoundResult:
     """Lower bound on packing ``shapes`` into nodes of ``types`` ((price, capacity))."""
     usable = [s for s in shapes if s.count > 0 and _fits_any(s.req, types)]
     if not usable:
@@ -174,12 +172,17 @@ class _ColumnGeneration:
 
     def _pivot(self, j: int) -> bool:
         column = self.columns[j][1]
-        d = [sum(self.binv[i][k] * column[k] for k in range(self.m) if column[k]) for i in range(self.m)]
+        d = [
+            sum(self.binv[i][k] * column[k] for k in range(self.m) if column[k])
+            for i in range(self.m)
+        ]
         leave, ratio = -1, math.inf
         for i in range(self.m):
             if d[i] > 1e-12:
                 r = self.x[i] / d[i]
-                if r < ratio - 1e-15 or (abs(r - ratio) <= 1e-15 and self.basis[i] < self.basis[leave]):
+                if r < ratio - 1e-15 or (
+                    abs(r - ratio) <= 1e-15 and self.basis[i] < self.basis[leave]
+                ):
                     leave, ratio = i, r
         if leave < 0:  # unbounded cannot happen for a covering LP with positive costs
             return False
@@ -270,10 +273,12 @@ class _Knapsack:
                 chosen.append((i, k))
         self.complete = True
         self.nodes = 0
+        self.relaxed: dict[int, float] = {}
         if not chosen:
             self.root, self.order = 0.0, []
             return
-        self.root, self.u = _lagrangian(chosen, y, cg, cap, dims)
+        self.root, self.u, relaxed = _lagrangian(chosen, y, cg, cap, dims)
+        self.relaxed = {i: v for (i, _), v in zip(chosen, relaxed, strict=True)}
         u = self.u
         items = []
         for i, k in chosen:
@@ -287,9 +292,9 @@ class _Knapsack:
         self.solos = [cg.solo_of[i] for i in self.order]
 
     def greedy(self) -> tuple[float, list[int] | None]:
-        """A good pattern fast: repeatedly add the shape worth most per unit of what it
-        uses of the resources still free (scarce resources weigh more), half of what
-        fits at a time so the others keep a chance."""
+        """A good pattern fast: the LP relaxation rounded down, then repeatedly the shape
+        worth most per unit of what it uses of the resources still free (scarce resources
+        weigh more), half of what fits at a time so the others keep a chance."""
         cap, dims, y = self.cap, self.dims, self.y
         free = list(cap)
         left = {i: k for _, i, k, _ in self.items}
@@ -298,6 +303,20 @@ class _Knapsack:
         used: set[str] = set()
         pattern = [0] * self.m
         value = 0.0
+        for i, v in self.relaxed.items():
+            take = int(v + 1e-9)
+            if take <= 0 or (solo_of[i] and solo_of[i] in used):
+                continue
+            req = req_of[i]
+            if any(take * req[d] > free[d] for d in range(len(free))):
+                continue
+            for d in range(len(free)):
+                free[d] -= take * req[d]
+            left[i] -= take
+            pattern[i] += take
+            value += take * y[i]
+            if solo_of[i]:
+                used.add(solo_of[i])
         while True:
             best_i, best_score, best_fit = -1, 0.0, 0
             for i, k in left.items():
@@ -360,9 +379,7 @@ class _Knapsack:
                     return True
             if start == n_items:
                 return False
-            rest = [
-                p for p in range(start, n_items) if not (solos[p] and solos[p] in used)
-            ]
+            rest = [p for p in range(start, n_items) if not (solos[p] and solos[p] in used)]
             lagrange = sum(free[d] * u[j] for j, d in enumerate(dims))
             for p in rest:
                 gain = gains[p]
@@ -393,52 +410,113 @@ class _Knapsack:
 
 def _lagrangian(
     chosen: list[tuple[int, int]], y: list[float], cg: _ColumnGeneration, cap: Vec, dims: list[int]
-) -> tuple[float, list[float]]:
-    """The Lagrangian bound min over u >= 0 of ``cap.u + sum k_i max(0, y_i - a_i.u)``.
+) -> tuple[float, list[float], list[float]]:
+    """The knapsack's LP relaxation: its value, dual prices ``u`` and solution ``x``.
 
-    Every ``u`` gives an upper bound on the knapsack (weak duality); coordinate descent
-    on this convex piecewise-linear function gets close to the LP relaxation, which the
-    single surrogate constraint does not reach when two resources bind at once.
+    ``L(u) = cap.u + sum k_i max(0, y_i - a_i.u)`` is an upper bound on the knapsack for
+    every ``u >= 0`` (weak duality), and the LP's own duals minimise it. The LP has one
+    row per resource (two or three), so a bounded-variable simplex with a tiny basis
+    solves it exactly in a few dozen pivots. The value returned is ``L(u)`` evaluated
+    afresh, so rounding in the simplex can only make it larger, never invalid.
     """
-    reqs = [(y[i], k, cg.shapes[i].req) for i, k in chosen]
-    u = [0.0] * len(dims)
+    m = len(dims)
+    n = len(chosen)
+    cols = [[float(cg.shapes[i].req[d]) for d in dims] for i, _ in chosen]
+    c = [y[i] for i, _ in chosen]
+    ub = [float(k) for _, k in chosen]
+    b = [float(cap[d]) for d in dims]
+    # variables 0..n-1 structural, n..n+m-1 slacks; basis starts with the slacks
+    basis = list(range(n, n + m))
+    x = [0.0] * (n + m)
+    for r in range(m):
+        x[n + r] = b[r]
+    at_upper = [False] * n
 
-    def value() -> float:
-        total = sum(cap[d] * u[j] for j, d in enumerate(dims))
-        for yi, k, req in reqs:
-            slack = yi - sum(req[d] * u[j] for j, d in enumerate(dims))
-            if slack > 0:
-                total += k * slack
-        return total
+    def column(j: int) -> list[float]:
+        if j >= n:
+            return [1.0 if r == j - n else 0.0 for r in range(m)]
+        return cols[j]
 
-    best, best_u = value(), list(u)
-    for _ in range(30):
-        for j, d in enumerate(dims):
-            # minimise over u[j] alone: slope cap[d] - sum of k*a over items still positive
-            points = []
-            for yi, k, req in reqs:
-                a = req[d]
-                if a <= 0:
-                    continue
-                rest = yi - sum(req[e] * u[m] for m, e in enumerate(dims) if m != j)
-                if rest > 0:
-                    points.append((rest / a, k * a))
-            points.sort()
-            slope = cap[d] - sum(w for _, w in points)
-            u[j] = 0.0
-            for breakpoint, w in points:
-                if slope >= 0:
-                    break
-                u[j] = breakpoint
-                slope += w
-        now = value()
-        if now < best:
-            best_u = list(u)
-        if now >= best * (1 - 1e-9):
-            best = min(best, now)
+    def cost(j: int) -> float:
+        return c[j] if j < n else 0.0
+
+    u = [0.0] * m
+    for _ in range(20 * (n + m)):
+        binv = _inverse([[column(j)[r] for j in basis] for r in range(m)])
+        if binv is None:
             break
-        best = now
-    return best, best_u
+        cb = [cost(j) for j in basis]
+        u = [sum(cb[r] * binv[r][k] for r in range(m)) for k in range(m)]
+        in_basis = set(basis)
+        entering, best, direction = -1, 1e-12, 1
+        for j in range(n + m):
+            if j in in_basis:
+                continue
+            d = cost(j) - sum(u[r] * column(j)[r] for r in range(m))
+            if j < n and at_upper[j]:
+                if -d > best:
+                    entering, best, direction = j, -d, -1
+            elif x[j] <= 1e-12 and d > best:
+                entering, best, direction = j, d, 1
+        if entering < 0:
+            break
+        alpha = [sum(binv[r][k] * column(entering)[k] for k in range(m)) for r in range(m)]
+        step = ub[entering] if entering < n else math.inf
+        leave = -1
+        for r in range(m):
+            a = alpha[r] * direction
+            j = basis[r]
+            upper = ub[j] if j < n else math.inf
+            if a > 1e-12:
+                t = x[j] / a
+            elif a < -1e-12 and upper < math.inf:
+                t = (upper - x[j]) / -a
+            else:
+                continue
+            if t < step - 1e-12:
+                step, leave = t, r
+        if step == math.inf:
+            break
+        for r in range(m):
+            x[basis[r]] -= step * alpha[r] * direction
+        x[entering] += step * direction
+        if leave < 0:
+            at_upper[entering] = direction > 0  # bound flip
+            continue
+        out = basis[leave]
+        if out < n:
+            at_upper[out] = x[out] >= ub[out] - 1e-9
+            x[out] = ub[out] if at_upper[out] else 0.0
+        else:
+            x[out] = 0.0
+        if entering < n:
+            at_upper[entering] = False
+        basis[leave] = entering
+    u = [max(0.0, v) for v in u]
+    value = sum(b[r] * u[r] for r in range(m))
+    for j in range(n):
+        gain = c[j] - sum(cols[j][r] * u[r] for r in range(m))
+        if gain > 0:
+            value += ub[j] * gain
+    return value, u, x[:n]
+
+
+def _inverse(a: list[list[float]]) -> list[list[float]] | None:
+    """Gauss-Jordan inverse of a small square matrix (None if singular)."""
+    size = len(a)
+    work = [row[:] + [1.0 if i == j else 0.0 for j in range(size)] for i, row in enumerate(a)]
+    for col in range(size):
+        pivot = max(range(col, size), key=lambda r: abs(work[r][col]))
+        if abs(work[pivot][col]) < 1e-15:
+            return None
+        work[col], work[pivot] = work[pivot], work[col]
+        scale = work[col][col]
+        work[col] = [v / scale for v in work[col]]
+        for r in range(size):
+            if r != col and work[r][col]:
+                factor = work[r][col]
+                work[r] = [v - factor * w for v, w in zip(work[r], work[col], strict=True)]
+    return [row[size:] for row in work]
 
 
 def _copies(req: Vec, cap: Vec, limit: int) -> int:

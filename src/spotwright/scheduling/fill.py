@@ -151,9 +151,7 @@ def _grow_open(sched: _Scheduler, shapes: list[_Shape], sample: Entry) -> None:
     ring = [
         c
         for c in sched.open
-        if not c.retired
-        and c.cap_price > c.cands.prices[c.idx]
-        and _compatible(sched, c, sample)
+        if not c.retired and c.cap_price > c.cands.prices[c.idx] and _compatible(sched, c, sample)
     ]
     if not ring:
         return

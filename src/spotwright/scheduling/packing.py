@@ -433,7 +433,11 @@ class _Scheduler:
             top, total = cands.types[idx].cap, plus(claim.total, req, 1)
             delta = cands.prices[idx] - claim.cands.prices[claim.idx]
             skew = abs(total[0] / top[0] - total[1] / top[1])
-            if best is None or delta < best[0] * 0.98 or (delta <= best[0] * 1.02 and skew < best[1]):
+            if (
+                best is None
+                or delta < best[0] * 0.98
+                or (delta <= best[0] * 1.02 and skew < best[1])
+            ):
                 best = (delta, skew, claim, take)
                 ring.last = j
             seen += 1
