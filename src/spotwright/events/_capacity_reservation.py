@@ -14,7 +14,7 @@ from spotwright.events._common import (
     optional_str,
     parse_time,
 )
-from spotwright.events.model import EventKind, InterruptionEvent, event_id
+from spotwright.events.model import EventKind, InterruptionEvent
 
 __all__ = ["DETAIL_TYPE", "SOURCE", "parse"]
 
@@ -35,17 +35,12 @@ def parse(env: Envelope) -> list[InterruptionEvent]:
     )
     kind = EventKind.CAPACITY_RESERVATION_INTERRUPTION
     return [
-        InterruptionEvent(
-            id=event_id(kind, env.id, instance_id),
-            kind=kind,
-            instance_id=instance_id,
-            start=env.time,
+        env.event(
+            kind,
+            instance_id,
             deadline=deadline,
-            source=env.origin,
             detail=f"capacity reservation interruption: EC2 will {action} {instance_id} "
             f"in {max(0.0, deadline - env.time):.0f} s",
-            raw_id=env.id,
             action=action,
-            region=env.region or None,
         )
     ]

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-from spotwright.events.model import MalformedEvent
+from spotwright.events.model import EventKind, InterruptionEvent, MalformedEvent, event_id
 
 __all__ = [
     "Envelope",
@@ -38,6 +38,32 @@ class Envelope:
     resources: tuple[str, ...]
     detail: Mapping[str, Any]
     origin: str  # 'sqs', 'imds' or 'lambda': how the message reached us
+
+    def event(
+        self,
+        kind: EventKind,
+        instance_id: str,
+        *,
+        deadline: float | None,
+        detail: str,
+        id: str | None = None,
+        action: str | None = None,
+        state: str | None = None,
+    ) -> InterruptionEvent:
+        """A normalized event stamped with this envelope's time, origin, id and region."""
+        return InterruptionEvent(
+            id=id or event_id(kind, self.id, instance_id),
+            kind=kind,
+            instance_id=instance_id,
+            start=self.time,
+            deadline=deadline,
+            source=self.origin,
+            detail=detail,
+            raw_id=self.id,
+            action=action,
+            state=state,
+            region=self.region or None,
+        )
 
 
 def field_str(obj: Mapping[str, Any], key: str, *, where: str) -> str:

@@ -18,7 +18,7 @@ from spotwright.events._common import (
     optional_str,
     parse_time,
 )
-from spotwright.events.model import EventKind, InterruptionEvent, MalformedEvent, event_id
+from spotwright.events.model import EventKind, InterruptionEvent, MalformedEvent
 
 __all__ = ["DETAIL_TYPE", "SOURCE", "parse"]
 
@@ -42,20 +42,7 @@ def parse(env: Envelope) -> list[InterruptionEvent]:
         text = f"scheduled change {code} for {instance_id}"
         if description:
             text += f": {description}"
-        events.append(
-            InterruptionEvent(
-                id=event_id(kind, env.id, instance_id),
-                kind=kind,
-                instance_id=instance_id,
-                start=env.time,
-                deadline=deadline,
-                source=env.origin,
-                detail=text,
-                raw_id=env.id,
-                action=code,
-                region=env.region or None,
-            )
-        )
+        events.append(env.event(kind, instance_id, deadline=deadline, detail=text, action=code))
     return events
 
 

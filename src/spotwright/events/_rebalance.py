@@ -20,15 +20,11 @@ def parse(env: Envelope) -> list[InterruptionEvent]:
     instance_id = instance_id_field(env.detail, "instance-id", where=detail_where(env))
     kind = EventKind.REBALANCE_RECOMMENDATION
     return [
-        InterruptionEvent(
+        env.event(
+            kind,
+            instance_id,
             id=notice_event_id(kind, instance_id, env.time),
-            kind=kind,
-            instance_id=instance_id,
-            start=env.time,
             deadline=None,
-            source=env.origin,
             detail=f"rebalance recommendation: {instance_id} is at elevated risk of interruption",
-            raw_id=env.id,
-            region=env.region or None,
         )
     ]

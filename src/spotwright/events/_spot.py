@@ -34,17 +34,13 @@ def parse(env: Envelope) -> list[InterruptionEvent]:
     deadline = env.time if action == "hibernate" else env.time + NOTICE_SECONDS
     kind = EventKind.SPOT_INTERRUPTION
     return [
-        InterruptionEvent(
+        env.event(
+            kind,
+            instance_id,
             id=notice_event_id(kind, instance_id, env.time),
-            kind=kind,
-            instance_id=instance_id,
-            start=env.time,
             deadline=deadline,
-            source=env.origin,
             detail=f"spot interruption warning: EC2 will {action} {instance_id} "
             f"in {deadline - env.time:.0f} s",
-            raw_id=env.id,
             action=action,
-            region=env.region or None,
         )
     ]

@@ -9,7 +9,7 @@ can be deleted.
 from __future__ import annotations
 
 from spotwright.events._common import Envelope, detail_where, field_str, instance_id_field
-from spotwright.events.model import EventKind, InterruptionEvent, MalformedEvent, event_id
+from spotwright.events.model import EventKind, InterruptionEvent, MalformedEvent
 
 __all__ = ["ACTIONABLE_STATES", "DETAIL_TYPE", "SOURCE", "parse"]
 
@@ -29,16 +29,11 @@ def parse(env: Envelope) -> list[InterruptionEvent]:
         raise MalformedEvent(f"{where}: {state!r} is not an EC2 instance state")
     kind = EventKind.STATE_CHANGE
     return [
-        InterruptionEvent(
-            id=event_id(kind, env.id, instance_id),
-            kind=kind,
-            instance_id=instance_id,
-            start=env.time,
+        env.event(
+            kind,
+            instance_id,
             deadline=env.time,
-            source=env.origin,
             detail=f"instance state change: {instance_id} is {state}",
-            raw_id=env.id,
             state=state,
-            region=env.region or None,
         )
     ]
