@@ -36,6 +36,7 @@ from spotwright.controllers import (
 )
 from spotwright.model import labels as wk
 from spotwright.model.nodepool import NodePool
+from spotwright.model.nodes import node_for_instance
 from spotwright.model.objects import (
     Deployment,
     Node,
@@ -347,25 +348,17 @@ class World:
         itype = self._types[instance.instance_type]
         claim = self.cluster.node_claim(instance.tags.get("karpenter.sh/nodeclaim", ""))
         name = instance.private_dns or instance.id
-        labels = dict(claim.labels) if claim is not None else {}
-        labels.update(itype.labels)
-        labels.update(
-            {
-                wk.ZONE: instance.zone,
-                wk.REGION: REGION,
-                wk.CAPACITY_TYPE: instance.capacity_type,
-                wk.HOSTNAME: name,
-            }
-        )
         ready = self._node_ready_after <= 0
-        node = Node(
+        node = node_for_instance(
             name=name,
             provider_id=instance.provider_id,
-            labels=labels,
-            taints=list(claim.taints) if claim is not None else [],
-            allocatable=itype.allocatable,
+            claim=claim,
+            instance_type=itype,
+            zone=instance.zone,
+            region=REGION,
+            capacity_type=instance.capacity_type,
+            now=self.clock.now(),
             ready=ready,
-            created_at=self.clock.now(),
         )
         self._node_of[instance.id] = name
         self.cluster.register_node(node)

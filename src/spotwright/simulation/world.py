@@ -16,8 +16,7 @@ from spotwright.adapters.memory_cluster import MemoryCluster
 from spotwright.adapters.memory_queue import MemoryQueue
 from spotwright.adapters.sim_market import SimulatedMarket
 from spotwright.catalog import InstanceType
-from spotwright.model import labels as wk
-from spotwright.model.objects import Node
+from spotwright.model.nodes import node_for_instance
 from spotwright.ports.clock import Clock
 from spotwright.ports.cloud import Instance
 from spotwright.simulation.ledger import Ledger
@@ -74,24 +73,15 @@ class SimWorld:
         itype = self.instance_types[instance.instance_type]
         claim = self.cluster.node_claim(instance.tags.get("karpenter.sh/nodeclaim", ""))
         name = instance.private_dns or instance.id
-        labels = dict(claim.labels) if claim is not None else {}
-        labels.update(itype.labels)
-        labels.update(
-            {
-                wk.ZONE: instance.zone,
-                wk.REGION: self.region,
-                wk.CAPACITY_TYPE: instance.capacity_type,
-                wk.HOSTNAME: name,
-            }
-        )
-        node = Node(
+        node = node_for_instance(
             name=name,
             provider_id=instance.provider_id,
-            labels=labels,
-            taints=list(claim.taints) if claim is not None else [],
-            allocatable=itype.allocatable,
-            ready=True,
-            created_at=self.clock.now(),
+            claim=claim,
+            instance_type=itype,
+            zone=instance.zone,
+            region=self.region,
+            capacity_type=instance.capacity_type,
+            now=self.clock.now(),
         )
         self._node_of[instance.id] = name
         self.running += 1

@@ -1,0 +1,67 @@
+"""The Node object a launched instance becomes.
+
+Whoever registers the node (the kubelet live, the simulator's world, the kwok-backed
+``--cloud sim`` mode) must give it the same labels and taints: those of its node claim,
+the instance type's well-known labels, and its zone, region and capacity type, so that a
+pod the provisioner placed on the claim also fits the node.
+"""
+
+from __future__ import annotations
+
+from spotwright.catalog._types import InstanceType
+from spotwright.model import labels as wk
+from spotwright.model.objects import Node, NodeClaim
+
+__all__ = ["node_for_instance", "node_labels"]
+
+
+def node_labels(
+    *,
+    claim: NodeClaim | None,
+    instance_type: InstanceType,
+    zone: str,
+    region: str,
+    capacity_type: str,
+    hostname: str,
+) -> dict[str, str]:
+    labels = dict(claim.labels) if claim is not None else {}
+    labels.update(instance_type.labels)
+    labels.update(
+        {
+            wk.ZONE: zone,
+            wk.REGION: region,
+            wk.CAPACITY_TYPE: capacity_type,
+            wk.HOSTNAME: hostname,
+        }
+    )
+    return labels
+
+
+def node_for_instance(
+    *,
+    name: str,
+    provider_id: str,
+    claim: NodeClaim | None,
+    instance_type: InstanceType,
+    zone: str,
+    region: str,
+    capacity_type: str,
+    now: float,
+    ready: bool = True,
+) -> Node:
+    return Node(
+        name=name,
+        provider_id=provider_id,
+        labels=node_labels(
+            claim=claim,
+            instance_type=instance_type,
+            zone=zone,
+            region=region,
+            capacity_type=capacity_type,
+            hostname=name,
+        ),
+        taints=list(claim.taints) if claim is not None else [],
+        allocatable=instance_type.allocatable,
+        ready=ready,
+        created_at=now,
+    )
