@@ -7,6 +7,7 @@ not requested (``SPOTWRIGHT_TESTCLUSTER_BUILD=1`` builds them first; see docs/te
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 from collections.abc import Iterator
@@ -24,13 +25,19 @@ def test_cluster(request: pytest.FixtureRequest) -> Iterator[TestCluster]:
     reason = availability()
     if reason is not None:
         pytest.skip(reason)
-    cluster = TestCluster(ensure_binaries())
-    cluster.start()
-    request.config.stash[_STARTUP_KEY] = dict(cluster.timings)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+    with pytest.MonkeyPatch.context() as patch:
+        # Clients that honour HTTPS_PROXY (httpx, hence lightkube) must not send loopback
+        # traffic to a proxy; Go clients already exempt loopback.
+        for name in ("NO_PROXY", "no_proxy"):
+            existing = os.environ.get(name, "")
+            patch.setenv(name, ",".join(filter(None, [existing, "127.0.0.1", "localhost"])))
+        cluster = TestCluster(ensure_binaries())
+        cluster.start()
+        request.config.stash[_STARTUP_KEY] = dict(cluster.timings)
+        try:
+            yield cluster
+        finally:
+            cluster.stop()
 
 
 @pytest.fixture
@@ -43,6 +50,14 @@ def namespace(test_cluster: TestCluster, request: pytest.FixtureRequest) -> Iter
         yield name
     finally:
         test_cluster.delete_namespace(name)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Whatever uses the cluster is in the tier, marked or not, so ``-m "not cluster"``
+    never starts (or waits for) a control plane."""
+    for item in items:
+        if "test_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.cluster)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -126,6 +126,12 @@ async def scenario(cluster: TestCluster, namespace: str) -> None:
             return any(c.type == "Ready" and c.status == "True" for c in conditions)
 
         await eventually(f"kwok to make Node {node_name} Ready", node_ready)
+        node = await client.get(Node, node_name)
+        assert node.status is not None and node.status.allocatable == {
+            "cpu": "4",
+            "memory": "16Gi",
+            "pods": "110",
+        }  # status given at creation is kept: tests control what the scheduler sees
 
         await client.create(smoke_deployment(node_name))
 
@@ -134,6 +140,8 @@ async def scenario(cluster: TestCluster, namespace: str) -> None:
             return pods[0] if len(pods) == 1 else None
 
         pod = await eventually("the Deployment's pod to be Running", one_running)
+        assert pod.metadata is not None and pod.metadata.name is not None
+        pod_name, pod_uid = pod.metadata.name, pod.metadata.uid
         assert pod.spec is not None and pod.spec.nodeName == node_name
         assert pod.spec.schedulerName == "default-scheduler"
         assert pod.status is not None and pod.status.podIP  # kwok assigned one from --cidr
@@ -166,7 +174,8 @@ async def scenario(cluster: TestCluster, namespace: str) -> None:
             await evict(client, pod)
         assert refused.value.status.code == 429, refused.value.status
         assert "disruption budget" in (refused.value.status.message or "")
-        assert (await client.get(Pod, pod.metadata.name)).metadata.deletionTimestamp is None  # type: ignore[union-attr]
+        still_there = await client.get(Pod, pod_name)
+        assert still_there.metadata is not None and still_there.metadata.deletionTimestamp is None
 
         # Relax the budget: the same eviction now succeeds, and the pod is replaced.
         await client.patch(
@@ -179,12 +188,20 @@ async def scenario(cluster: TestCluster, namespace: str) -> None:
 
         async def replaced() -> Pod | None:
             pods = await running_pods(client, namespace)
-            fresh = [p for p in pods if p.metadata and p.metadata.uid != pod.metadata.uid]  # type: ignore[union-attr]
-            gone = all(p.metadata and p.metadata.uid != pod.metadata.uid for p in pods)  # type: ignore[union-attr]
-            return fresh[0] if fresh and gone else None
+            fresh = [p for p in pods if p.metadata is not None and p.metadata.uid != pod_uid]
+            return fresh[0] if fresh and len(fresh) == len(pods) else None
 
         replacement = await eventually("a replacement pod to be Running", replaced)
         assert replacement.spec is not None and replacement.spec.nodeName == node_name
+
+        async def evicted_pod_deleted() -> bool:
+            try:
+                await client.get(Pod, pod_name)
+            except ApiError as exc:
+                return exc.status.code == 404
+            return False
+
+        await eventually("the evicted pod to be deleted", evicted_pod_deleted)
     finally:
         with contextlib.suppress(ApiError):
             await client.delete(Node, node_name)

@@ -49,7 +49,7 @@ import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from spotwright.testing.versions import (
     BINARIES,
@@ -270,7 +270,7 @@ def _download(module: str, *, cwd: Path, env: dict[str, str], log: Log) -> dict[
     return info
 
 
-def _mod_json(gomod: str, *, cwd: Path, env: dict[str, str], log: Log) -> dict[str, object]:
+def _mod_json(gomod: str, *, cwd: Path, env: dict[str, str], log: Log) -> dict[str, Any]:
     out = _run(
         ["go", "mod", "edit", "-json", gomod],
         cwd=cwd,
@@ -279,29 +279,28 @@ def _mod_json(gomod: str, *, cwd: Path, env: dict[str, str], log: Log) -> dict[s
         label="read go.mod",
         capture=True,
     )
-    parsed: dict[str, object] = json.loads(out)
+    parsed: dict[str, Any] = json.loads(out)
     return parsed
 
 
-def _godebug_lines(mod: dict[str, object]) -> str:
+def _godebug_lines(mod: dict[str, Any]) -> str:
     """The ``godebug`` directives of a dependency's go.mod, to repeat in our main module.
 
     A dependency's godebug lines are ignored by Go; only the main module's apply, so the
     wrapper repeats them to run with the GODEBUG defaults upstream ships with.
     """
     entries = mod.get("GoDebug") or []
-    assert isinstance(entries, list)
     lines = [f"godebug {e['Key']}={e['Value']}" for e in entries]
     return ("\n" + "\n".join(lines) + "\n") if lines else ""
 
 
-def staging_replaces(mod: dict[str, object]) -> list[str]:
+def staging_replaces(mod: dict[str, Any]) -> list[str]:
     """The k8s.io modules k8s.io/kubernetes takes from its own staging directory."""
     names: set[str] = set()
-    for req in mod.get("Require") or []:  # type: ignore[attr-defined]
+    for req in mod.get("Require") or []:
         if req["Path"].startswith("k8s.io/") and req["Version"] == "v0.0.0":
             names.add(req["Path"])
-    for rep in mod.get("Replace") or []:  # type: ignore[attr-defined]
+    for rep in mod.get("Replace") or []:
         if rep["New"]["Path"].startswith("./staging/"):
             names.add(rep["Old"]["Path"])
     return sorted(names)
@@ -536,6 +535,7 @@ def build(
             if not os.access(bin_dir / name, os.X_OK):
                 raise BuildError(f"{bin_dir / name} is missing after the build")
         goos, goarch = go_platform()
+        total = round(time.monotonic() - started, 1)
         manifest = {
             "key": version_key(pins),
             "kubernetes": pins.kubernetes,
@@ -548,12 +548,12 @@ def build(
             "recipe": RECIPE_REVISION,
             "built_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "seconds": timings,
-            "total_seconds": round(time.monotonic() - started, 1),
+            "total_seconds": total,
         }
         tmp = root / "manifest.json.tmp"
         tmp.write_text(json.dumps(manifest, indent=2) + "\n")
         os.replace(tmp, root / "manifest.json")
-        log(f"done in {_fmt(manifest['total_seconds'])} (steps: {timings}); binaries in {bin_dir}")  # type: ignore[arg-type]
+        log(f"done in {_fmt(total)} (steps: {timings}); binaries in {bin_dir}")
         return bin_dir
 
 

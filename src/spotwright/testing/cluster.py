@@ -88,6 +88,8 @@ POD_CIDR = "10.244.0.0/16"
 ADVERTISE_ADDRESS = "10.255.255.254"
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 FRONT_PROXY_CLIENT = "front-proxy-client"
+WORKDIR_PREFIX = "spotwright-testcluster-"
+OWNER_FILE = ".owner-pid"
 
 # Stage files (from the build's stages/ directory) that make up kwok's --config.
 _BASE_STAGES = (
@@ -177,6 +179,34 @@ def _pdeathsig() -> Callable[[], None] | None:
         libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
 
     return preexec
+
+
+def _sweep_stale_workdirs() -> None:
+    """Remove work directories left by clusters whose process died without stopping them
+    (a test runner killed with SIGKILL, say: its children die with it, its files do not).
+
+    Only directories that still name an owner process, and whose owner is gone, are
+    removed; kept directories (start-up failures, ``SPOTWRIGHT_TESTCLUSTER_KEEP``) name none.
+    """
+    for candidate in Path(tempfile.gettempdir()).glob(WORKDIR_PREFIX + "*"):
+        try:
+            pid = int((candidate / OWNER_FILE).read_text().strip())
+        except (OSError, ValueError):
+            continue
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(candidate, ignore_errors=True)
+        except PermissionError:
+            continue  # alive, someone else's
+
+
+def _open(request: urllib.request.Request, *, timeout: float, context: ssl.SSLContext) -> Any:
+    """urlopen without proxies: the cluster is on loopback, whatever HTTPS_PROXY says."""
+    opener = urllib.request.build_opener(
+        urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context)
+    )
+    return opener.open(request, timeout=timeout)
 
 
 def _tail(path: Path, lines: int = 25) -> str:
@@ -507,8 +537,12 @@ class TestCluster:
         self._stopped = True
         for component in reversed(self._components):
             self._terminate(component)
-        started_own = self._own_workdir and self.workdir != Path()
-        if started_own and not self.keep_workdir and not self._failed:
+        if not (self._own_workdir and self.workdir != Path()):
+            return
+        if self.keep_workdir or self._failed:
+            # Kept on purpose (for its logs): the sweep of later clusters leaves it alone.
+            (self.workdir / OWNER_FILE).unlink(missing_ok=True)
+        else:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
     def request(
@@ -532,7 +566,7 @@ class TestCluster:
         if data is not None:
             req.add_header("Content-Type", "application/json")
         try:
-            with urllib.request.urlopen(req, timeout=timeout, context=self._ssl_context()) as r:
+            with _open(req, timeout=timeout, context=self._ssl_context()) as r:
                 raw = r.read()
                 status = r.status
         except urllib.error.HTTPError as exc:
@@ -624,7 +658,9 @@ class TestCluster:
 
     def _start(self) -> None:
         if self._own_workdir:
-            self.workdir = Path(tempfile.mkdtemp(prefix="spotwright-testcluster-"))
+            _sweep_stale_workdirs()
+            self.workdir = Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
+            (self.workdir / OWNER_FILE).write_text(f"{os.getpid()}\n")
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(exist_ok=True)
         phase = time.monotonic()
@@ -879,7 +915,7 @@ class TestCluster:
         if not verify:
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
-        with urllib.request.urlopen(url, timeout=5, context=context) as response:
+        with _open(urllib.request.Request(url), timeout=5, context=context) as response:
             return bool(response.status == 200)
 
     def _terminate(self, component: _Component, grace: float = 10.0) -> None:
