@@ -437,3 +437,36 @@ def test_a_pods_placement_is_computed_once_per_spec_generation() -> None:
     resized = api_pod(metadata={"uid": "u-cache", "generation": 2})
     resized["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "2"
     assert convert(resized).requests.cpu == 2000
+
+
+def test_a_simulated_instance_becomes_a_kwok_node() -> None:
+    from spotwright.adapters.kube.kwok import fake_node
+    from spotwright.catalog import load_catalog
+    from spotwright.ports.cloud import Instance
+
+    itype = load_catalog().get("m5.large")
+    claim = NodeClaim(
+        name="spot-00001",
+        nodepool="spot",
+        labels={"karpenter.sh/nodepool": "spot", "team": "a"},
+        taints=(Taint("dedicated", "NoSchedule", "a"),),
+    )
+    instance = Instance(
+        "i-0abc",
+        "m5.large",
+        "us-east-1b",
+        "spot",
+        0.04,
+        1_767_225_600.0,
+        "ip-10-0-0-9.ec2.internal",
+    )
+    body = fake_node(instance, itype, claim, region="us-east-1")
+    assert body["metadata"]["annotations"]["kwok.x-k8s.io/node"] == "fake"
+    labels = body["metadata"]["labels"]
+    assert labels["team"] == "a" and labels["karpenter.sh/capacity-type"] == "spot"
+    assert labels["topology.kubernetes.io/zone"] == "us-east-1b"
+    assert labels["node.kubernetes.io/instance-type"] == "m5.large"
+    assert body["spec"]["providerID"] == "aws:///us-east-1b/i-0abc"
+    assert body["spec"]["taints"] == [{"key": "dedicated", "effect": "NoSchedule", "value": "a"}]
+    node = node_from_api(body)  # what the cache makes of it again
+    assert node.allocatable == itype.allocatable and node.labels == labels

@@ -187,6 +187,8 @@ async def exercise(sim: bool) -> set[Permission]:
     node = {"metadata": {"name": "n1"}, "spec": {}, "status": {}}
     server.objects[("api/v1/nodes", "/n1")] = node
     server._stamp(node, "")
+    cluster.nodes_cache.apply(node)  # the fake's watches never deliver: seed the cache
+    server.conflicts.add("n1")  # taints are conditioned on the version: re-read on 409
     await cluster.patch_node("n1", add_taints=[Taint("k", "NoSchedule")], unschedulable=True)
     await cluster.evict(Pod(name="p", namespace="ns", uid="u"))
     pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c"}]}}

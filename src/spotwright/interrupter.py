@@ -12,7 +12,14 @@ comes first):
   when it is due (this waits), in exactly the shape the EventBridge-to-SQS rule delivers,
   built by the same functions the simulated market uses.
 
-Further targets (FIS) plug in next to these; the CLI only chooses one and prints records.
+and for real instances on AWS:
+
+* ``fis``: an AWS FIS experiment with the action aws:ec2:send-spot-instance-interruptions,
+  as ec2-spot-interrupter runs it (``spotwright.adapters.aws.fis``): FIS sends the rebalance
+  recommendation at once and the notice after the delay, and EC2 then really interrupts the
+  instances. This waits until the experiment is over.
+
+The CLI only chooses one and prints records.
 """
 
 from __future__ import annotations
@@ -41,6 +48,9 @@ from spotwright.observability import get_logger
 if TYPE_CHECKING:
     import aiohttp
 
+    from spotwright.adapters.aws.fis import FisClients
+    from spotwright.ports.clock import Clock
+
 __all__ = [
     "LABELS",
     "NOTICE_SECONDS",
@@ -48,6 +58,7 @@ __all__ = [
     "InterruptPlan",
     "Sent",
     "instance_ids_from",
+    "interrupt_fis",
     "interrupt_imds_mock",
     "interrupt_queue",
     "queue_location",
@@ -309,6 +320,84 @@ def _call(request: Callable[[], Any]) -> Any:
         ) from None
     except botocore.exceptions.BotoCoreError as exc:
         raise InterruptError(f"cannot reach SQS: {exc}") from None
+
+
+# -- AWS FIS ------------------------------------------------------------------------------
+
+
+async def interrupt_fis(
+    plan: InterruptPlan,
+    *,
+    region: str | None = None,
+    profile: str | None = None,
+    role_name: str | None = None,
+    clean: bool = True,
+    timeout: float = 600.0,
+    on_sent: Callable[[Sent], None] = lambda _: None,
+    on_progress: Callable[[str], None] = lambda _: None,
+    clock: Clock | None = None,
+    clients: FisClients | None = None,
+    poll_seconds: float | None = None,
+) -> list[Sent]:
+    """Interrupt real spot instances through an AWS FIS experiment, and follow it to the end.
+
+    The plan's instances must be running spot instances of one region (``region``, else the
+    profile's); its delay is when the notice comes, at most 13 minutes. FIS always sends a
+    rebalance recommendation when the experiment starts, so ``rebalance_first`` cannot be
+    chosen. ``on_sent`` gets the planned signals as soon as the experiment runs (the
+    recommendation now, the notice after the delay) and ``on_progress`` one line per step
+    (role, template, each state of the experiment, clean-up). ``timeout`` bounds how long
+    the experiment is followed; it is stopped then. ``clock`` and ``clients`` are injectable,
+    so tests follow an experiment on moto without waiting.
+
+    Returns the signals once the experiment completed. Raises ``ValueError`` for input that
+    cannot work (unknown, stopped or on-demand instances, all named; a role FIS cannot
+    assume; a delay out of range; no region) and ``InterruptError`` when AWS refuses a step
+    or the experiment fails, is stopped or times out, with the reason.
+    """
+    from spotwright.adapters.aws.fis import (
+        DEFAULT_ROLE_NAME,
+        POLL_SECONDS,
+        FisClients,
+        FisError,
+        FisInterrupter,
+    )
+    from spotwright.ports.clock import LoopClock
+
+    if plan.rebalance_first is not None:
+        raise ValueError(
+            "FIS sends the rebalance recommendation itself, when the experiment starts; "
+            "drop --rebalance-first"
+        )
+    sent: list[Sent] = []
+
+    def started(experiment_id: str, at: float) -> None:
+        reference = f"FIS experiment {experiment_id}"
+        for offset, kind in ((0.0, REBALANCE), (plan.delay, SPOT_WARNING)):
+            for instance_id in plan.instance_ids:
+                record = Sent(instance_id, kind, at + offset, reference)
+                sent.append(record)
+                on_sent(record)
+
+    interrupter = FisInterrupter(
+        clients or FisClients.connect(region, profile),
+        clock=clock or LoopClock(),
+        role_name=role_name or DEFAULT_ROLE_NAME,
+        clean=clean,
+        timeout=timeout,
+        poll_seconds=poll_seconds or POLL_SECONDS,
+        say=on_progress,
+        on_started=started,
+    )
+    try:
+        outcome = await interrupter.run(plan.instance_ids, plan.delay)
+    except FisError as exc:
+        raise InterruptError(str(exc)) from None
+    if not outcome.completed:
+        ended = "timed out" if outcome.status == "timeout" else outcome.status
+        raise InterruptError(f"FIS experiment {outcome.experiment_id} {ended}: {outcome.reason}")
+    _log.info("fis experiment completed", experiment_id=outcome.experiment_id)
+    return sent
 
 
 def instance_ids_from(values: Sequence[str]) -> tuple[str, ...]:

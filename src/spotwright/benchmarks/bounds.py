@@ -43,9 +43,10 @@ Vec = tuple[int, ...]
 _EPS = 1e-9
 _NODE_LIMIT = 4000
 _PROOF_LIMIT = 100_000
-#: Branch-and-bound nodes column generation may spend in all; past it, the bound is
-#: Farley's for the duals reached (still valid, a little lower).
+#: Work column generation may spend in all (branch-and-bound nodes, knapsack LPs); past
+#: it, the bound is Farley's for the duals reached (still valid, only lower).
 _WORK_BUDGET = 400_000
+_LP_BUDGET = 3_000
 _MAX_ROUNDS = 2000
 _COLUMNS_PER_ROUND = 8
 
@@ -106,6 +107,8 @@ class _ColumnGeneration:
         self.n = [float(s.count) for s in shapes]
         self.solo_of = [s.solo for s in shapes]
         self.dims = [d for d in range(len(shapes[0].req)) if any(s.req[d] for s in shapes)]
+        self.u_cache: dict[int, list[float]] = {}
+        self.proven = False
         # start from one column per shape: its best type holding as many as fit
         self.columns: list[tuple[float, list[int]]] = []
         basis: list[int] = []
@@ -138,17 +141,17 @@ class _ColumnGeneration:
     def run(self) -> BoundResult:
         converged = False
         self.budget = _WORK_BUDGET
+        self.solves = _LP_BUDGET
         y = self.duals()
         for _ in range(_MAX_ROUNDS):
             entering = self._price_pool(y)
             if entering is None:
                 found = self._generate(y)
                 if not found:
-                    converged = True
+                    converged = self.proven
                     break
                 entering = self._price_pool(y)
                 if entering is None:  # numerically marginal columns: stop here
-                    converged = True
                     break
             if not self._pivot(entering):
                 break
@@ -156,6 +159,9 @@ class _ColumnGeneration:
         y = [max(0.0, v) for v in y]
         value = self._farley(y)
         lp = sum(self.columns[j][0] * x for j, x in zip(self.basis, self.x, strict=True))
+        if converged:
+            # proven optimal: the LP value is the bound (less a hair for rounding)
+            value = max(value, lp * (1 - 1e-6))
         return BoundResult(value, lp if converged else None, len(self.columns))
 
     # -- simplex --------------------------------------------------------------------------
@@ -206,21 +212,39 @@ class _ColumnGeneration:
 
     # -- pricing: one knapsack per type -----------------------------------------------------
     def _generate(self, y: list[float]) -> bool:
-        """Add the best pattern of each type that improves on the current duals."""
+        """Add the best pattern of each type that improves on the current duals.
+
+        Sets ``proven`` when it adds none and has shown, for every type, that none
+        exists (a finished search or a relaxation below the price), which makes the
+        current LP value the configuration LP's optimum.
+        """
+        self.proven = False
         ranked = []
-        for price, cap in self.types:
+        for t, (price, cap) in enumerate(self.types):
+            if self._quick(t, y) <= price * (1 + 1e-7):
+                continue  # the previous duals of this type already prove nothing is better
+            if self.solves <= 0:
+                return False
+            self.solves -= 1
             sack = _Knapsack(self, y, cap)
+            self.u_cache[t] = sack.u
             if sack.root > price * (1 + 1e-7):
                 ranked.append((sack.root / price, price, sack))
         ranked.sort(key=lambda r: -r[0])
         added = 0
+        finished = True
         for limit in (_NODE_LIMIT, _PROOF_LIMIT):
+            finished = True
             for _, price, sack in ranked:
                 if self.budget <= 0:
                     return added > 0
                 sack.complete = True
                 value, pattern = sack.solve(price * (1 + 1e-7), min(limit, self.budget))
                 self.budget -= sack.nodes
+                if not sack.complete and limit == _PROOF_LIMIT:
+                    # the search ran out; the surrogate bound may still prove it
+                    sack.complete = sack.surrogate() <= price * (1 + 1e-7)
+                finished = finished and sack.complete
                 if pattern is not None and value > price * (1 + 1e-7):
                     self._add(price, pattern)
                     added += 1
@@ -228,35 +252,56 @@ class _ColumnGeneration:
                         return True
             if added:
                 return True
+        self.proven = finished and self.budget > 0
         return False
+
+    def _quick(self, t: int, y: list[float]) -> float:
+        """An upper bound on type ``t``'s knapsack from the duals last computed for it."""
+        u = self.u_cache.get(t)
+        cap = self.types[t][1]
+        if u is None:
+            return math.inf
+        dims = [d for d in self.dims if cap[d] > 0]
+        total = sum(cap[d] * u[j] for j, d in enumerate(dims))
+        for i, shape in enumerate(self.shapes):
+            gain = y[i] - sum(shape.req[d] * u[j] for j, d in enumerate(dims))
+            if gain > 0:
+                total += gain * _copies(shape.req, cap, 1 if shape.solo else shape.count)
+        return total
 
     def _farley(self, y: list[float]) -> float:
         covered = sum(n * v for n, v in zip(self.n, y, strict=True))
         if covered <= 0:
             return 0.0
-        sacks = sorted(
-            ((_Knapsack(self, y, cap), price) for price, cap in self.types),
-            key=lambda r: -r[0].root / r[1],
+        # Types in order of a cheap upper bound (the last duals seen for each); once
+        # that bound is below the worst ratio found, no later type can raise it.
+        quick = sorted(
+            ((self._quick(t, y) / price, t) for t, (price, _) in enumerate(self.types)),
+            reverse=True,
         )
         worst = 0.0
-        for sack, price in sacks:
+        for ratio, t in quick:
+            if ratio <= worst:
+                break
+            price, cap = self.types[t]
+            sack = _Knapsack(self, y, cap)
             if sack.root / price <= worst:
-                break  # sorted: no later type can raise the maximum
+                continue
             value, _ = sack.solve(0.0, _PROOF_LIMIT)
-            worst = max(worst, (value if sack.complete else sack.root) / price)
+            if not sack.complete:
+                value = min(sack.root, sack.surrogate())
+            worst = max(worst, value / price)
         return covered / worst if worst > 0 else 0.0
 
 
 class _Knapsack:
     """Most valuable pattern of pod shapes one node of capacity ``cap`` holds.
 
-    The bound is a surrogate relaxation: the resource constraints are added up with
-    weights into one, and the fractional knapsack on that one constraint can only be
-    worth more than any real pattern. ``root`` is the smallest such bound over a grid of
-    weights (close to the LP relaxation); the branch and bound below uses the weights
-    that gave it, visiting shapes by value per unit of the weighted size. ``complete``
-    says whether the search finished within ``_NODE_LIMIT`` nodes; if not, only ``root``
-    is a safe upper bound.
+    ``root`` is the LP relaxation (``_lagrangian``), an upper bound no pattern beats; its
+    dual prices ``u`` bound every node of the branch and bound below, which visits shapes
+    by value per unit of what they use at those prices and starts from the LP solution
+    rounded down. ``complete`` says whether the search finished within its node limit; if
+    not, only ``root`` is a safe upper bound.
     """
 
     def __init__(self, cg: _ColumnGeneration, y: list[float], cap: Vec) -> None:
@@ -275,7 +320,7 @@ class _Knapsack:
         self.nodes = 0
         self.relaxed: dict[int, float] = {}
         if not chosen:
-            self.root, self.order = 0.0, []
+            self.root, self.order, self.u = 0.0, [], [0.0] * len(dims)
             return
         self.root, self.u, relaxed = _lagrangian(chosen, y, cg, cap, dims)
         self.relaxed = {i: v for (i, _), v in zip(chosen, relaxed, strict=True)}
@@ -290,6 +335,44 @@ class _Knapsack:
         self.y = y
         self.reqs = [cg.shapes[i].req for i in self.order]
         self.solos = [cg.solo_of[i] for i in self.order]
+
+    def surrogate(self, units: int = 4000) -> float:
+        """An upper bound from the integer knapsack on one surrogate constraint.
+
+        The resource constraints added up with the LP's dual prices as weights give one
+        constraint every real pattern meets; sizes rounded down to ``units`` steps keep
+        it so. That 1-D bounded knapsack is solved exactly by dynamic programming, which
+        removes the fractional pod the LP relaxation may still count.
+        """
+        if not self.order:
+            return 0.0
+        u, dims, cap, y = self.u, self.dims, self.cap, self.y
+        capacity = sum(u[j] * cap[d] for j, d in enumerate(dims))
+        if capacity <= 0:
+            return self.root
+        scale = units / capacity
+        free = 0.0
+        pieces: list[tuple[int, float]] = []  # (size, value) after binary splitting
+        for _, i, k, _ in self.items:
+            req = self.reqs[self.order.index(i)]
+            size = int(sum(u[j] * req[d] for j, d in enumerate(dims)) * scale)
+            if size <= 0:
+                free += k * y[i]
+                continue
+            k = min(k, units // size)
+            chunk = 1
+            while k > 0:
+                take = min(chunk, k)
+                pieces.append((take * size, take * y[i]))
+                k -= take
+                chunk *= 2
+        best = [0.0] * (units + 1)
+        for size, value in pieces:
+            for c in range(units, size - 1, -1):
+                candidate = best[c - size] + value
+                if candidate > best[c]:
+                    best[c] = candidate
+        return free + best[units]
 
     def greedy(self) -> tuple[float, list[int] | None]:
         """A good pattern fast: the LP relaxation rounded down, then repeatedly the shape
@@ -422,55 +505,46 @@ def _lagrangian(
     m = len(dims)
     n = len(chosen)
     cols = [[float(cg.shapes[i].req[d]) for d in dims] for i, _ in chosen]
-    c = [y[i] for i, _ in chosen]
-    ub = [float(k) for _, k in chosen]
+    cols += [[1.0 if r == q else 0.0 for r in range(m)] for q in range(m)]  # slacks
+    c = [y[i] for i, _ in chosen] + [0.0] * m
+    ub = [float(k) for _, k in chosen] + [math.inf] * m
     b = [float(cap[d]) for d in dims]
-    # variables 0..n-1 structural, n..n+m-1 slacks; basis starts with the slacks
     basis = list(range(n, n + m))
-    x = [0.0] * (n + m)
-    for r in range(m):
-        x[n + r] = b[r]
-    at_upper = [False] * n
-
-    def column(j: int) -> list[float]:
-        if j >= n:
-            return [1.0 if r == j - n else 0.0 for r in range(m)]
-        return cols[j]
-
-    def cost(j: int) -> float:
-        return c[j] if j < n else 0.0
-
+    x = [0.0] * n + b[:]
+    at_upper = [False] * (n + m)
+    in_basis = [False] * n + [True] * m
     u = [0.0] * m
     for _ in range(20 * (n + m)):
-        binv = _inverse([[column(j)[r] for j in basis] for r in range(m)])
+        binv = _inverse([[cols[j][r] for j in basis] for r in range(m)])
         if binv is None:
             break
-        cb = [cost(j) for j in basis]
-        u = [sum(cb[r] * binv[r][k] for r in range(m)) for k in range(m)]
-        in_basis = set(basis)
+        u = [sum(c[basis[r]] * binv[r][k] for r in range(m)) for k in range(m)]
         entering, best, direction = -1, 1e-12, 1
         for j in range(n + m):
-            if j in in_basis:
+            if in_basis[j]:
                 continue
-            d = cost(j) - sum(u[r] * column(j)[r] for r in range(m))
-            if j < n and at_upper[j]:
+            col = cols[j]
+            d = c[j]
+            for r in range(m):
+                d -= u[r] * col[r]
+            if at_upper[j]:
                 if -d > best:
                     entering, best, direction = j, -d, -1
-            elif x[j] <= 1e-12 and d > best:
+            elif d > best:
                 entering, best, direction = j, d, 1
         if entering < 0:
             break
-        alpha = [sum(binv[r][k] * column(entering)[k] for k in range(m)) for r in range(m)]
-        step = ub[entering] if entering < n else math.inf
+        col = cols[entering]
+        alpha = [sum(binv[r][k] * col[k] for k in range(m)) for r in range(m)]
+        step = ub[entering]
         leave = -1
         for r in range(m):
             a = alpha[r] * direction
             j = basis[r]
-            upper = ub[j] if j < n else math.inf
             if a > 1e-12:
                 t = x[j] / a
-            elif a < -1e-12 and upper < math.inf:
-                t = (upper - x[j]) / -a
+            elif a < -1e-12 and ub[j] < math.inf:
+                t = (ub[j] - x[j]) / -a
             else:
                 continue
             if t < step - 1e-12:
@@ -484,13 +558,11 @@ def _lagrangian(
             at_upper[entering] = direction > 0  # bound flip
             continue
         out = basis[leave]
-        if out < n:
-            at_upper[out] = x[out] >= ub[out] - 1e-9
-            x[out] = ub[out] if at_upper[out] else 0.0
-        else:
-            x[out] = 0.0
-        if entering < n:
-            at_upper[entering] = False
+        at_upper[out] = ub[out] < math.inf and x[out] >= ub[out] - 1e-9
+        x[out] = ub[out] if at_upper[out] else 0.0
+        in_basis[out] = False
+        at_upper[entering] = False
+        in_basis[entering] = True
         basis[leave] = entering
     u = [max(0.0, v) for v in u]
     value = sum(b[r] * u[r] for r in range(m))

@@ -12,7 +12,9 @@ from spotwright.cli.bench import bench
 from spotwright.cli.catalog import catalog
 from spotwright.cli.controller import controller_command
 from spotwright.cli.events import events_group
+from spotwright.cli.handler import handler_command
 from spotwright.cli.imds_mock import imds_mock_command
+from spotwright.cli.importing import import_group
 from spotwright.cli.interrupt import interrupt_command
 from spotwright.cli.simulate import simulate_command
 
@@ -27,11 +29,13 @@ def cli() -> None:
 
 cli.add_command(simulate_command)
 cli.add_command(bench)
+cli.add_command(import_group)
 cli.add_command(catalog)
 cli.add_command(events_group)
 cli.add_command(controller_command)
 cli.add_command(imds_mock_command)
 cli.add_command(interrupt_command)
+cli.add_command(handler_command)
 
 
 def main() -> None:

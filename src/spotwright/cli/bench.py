@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -36,15 +37,85 @@ def bench() -> None:
 )
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per run.")
-def bench_scheduling(pod_counts: tuple[int, ...], seed: int, as_json: bool) -> None:
+@click.option(
+    "--compare-karpenter",
+    is_flag=True,
+    help="Also build and run Karpenter's own benchmark (Go), both sides on one CPU.",
+)
+@click.option(
+    "--karpenter-version",
+    default=None,
+    help="sigs.k8s.io/karpenter version to compare with (default: a tested release).",
+)
+def bench_scheduling(
+    pod_counts: tuple[int, ...],
+    seed: int,
+    as_json: bool,
+    compare_karpenter: bool,
+    karpenter_version: str | None,
+) -> None:
     """Karpenter's scheduling benchmark mix: pods/s, nodes, cost against a lower bound."""
-    from spotwright.benchmarks.scheduling import run_identical_benchmark, run_scheduling_benchmark
+    from spotwright.benchmarks.karpenter import (
+        DEFAULT_VERSION,
+        KarpenterBench,
+        NotAvailable,
+        pin_to_one_cpu,
+    )
+    from spotwright.benchmarks.scheduling import (
+        GETTING_STARTED,
+        run_catalog_mix_benchmark,
+        run_identical_benchmark,
+        run_scheduling_benchmark,
+    )
 
     for count in pod_counts:
         if count <= 0:
             raise UserError(f"--pods must be positive, got {count}")
-        _emit(run_scheduling_benchmark(count, seed=seed), as_json)
+    karpenter: KarpenterBench | None = None
+    cpu: int | None = None
+    if compare_karpenter:
+        karpenter = KarpenterBench(karpenter_version or DEFAULT_VERSION)
+        cpu = pin_to_one_cpu()
+        try:
+            karpenter.build()
+        except NotAvailable as exc:
+            click.echo(f"karpenter: not compared: {exc}", err=True)
+            karpenter = None
+    for count in pod_counts:
+        ours = run_scheduling_benchmark(count, seed=seed)
+        _emit(ours, as_json)
+        if karpenter is None:
+            continue
+        try:
+            theirs = karpenter.run(count, cpu)
+        except NotAvailable as exc:
+            click.echo(f"karpenter: not compared at {count} pods: {exc}", err=True)
+            continue
+        _emit({"benchmark": "karpenter", **asdict(theirs)}, as_json)
+        _emit(
+            {
+                "benchmark": "compare",
+                "pods": count,
+                "cpu": cpu,
+                "speedup_wall": _ratio(ours["pods_per_second"], theirs.pods_per_second),
+                "speedup_cpu": _ratio(ours["pods_per_cpu_second"], theirs.pods_per_cpu_second),
+                "nodes_spotwright": ours["nodes"],
+                "nodes_karpenter": theirs.nodes,
+            },
+            as_json,
+        )
     _emit(run_identical_benchmark(), as_json)
+    _emit(run_catalog_mix_benchmark(seed=seed), as_json)
+    _emit(
+        run_catalog_mix_benchmark(
+            seed=seed, requirements=GETTING_STARTED, name="catalog-mix-getting-started"
+        ),
+        as_json,
+    )
+
+
+def _ratio(ours: float | None, theirs: float) -> float | None:
+    return round(ours / theirs, 1) if ours and theirs else None
 
 
 @bench.command("simulate")

@@ -250,7 +250,7 @@ async def _main(options: Options, pools: Sequence[NodePoolSource] | None) -> int
     loop.set_default_executor(ThreadPoolExecutor(max_workers=32))
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    extra: list[asyncio.Task[None]] = []
+    extra: list[asyncio.Task[None]] = [asyncio.create_task(_watch_loop_lag())]
     try:
 
         async def sync() -> None:
@@ -417,3 +417,15 @@ async def _supervised(name: str, run: Callable[[], Coroutine[Any, Any, None]]) -
             )
             await asyncio.sleep(delay)
             delay = min(30.0, delay * 2)
+
+
+async def _watch_loop_lag(period: float = 0.5, threshold: float = 1.0) -> None:
+    """Warn when the event loop was blocked: every controller shares it, so a long
+    synchronous stretch (a big scheduling round) delays taints and Lease renewals."""
+    loop = asyncio.get_running_loop()
+    while True:
+        started = loop.time()
+        await asyncio.sleep(period)
+        lag = loop.time() - started - period
+        if lag > threshold:
+            log.warning("event loop was blocked", seconds=f"{lag:.1f}")

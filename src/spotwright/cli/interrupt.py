@@ -2,9 +2,8 @@
 
 Wiring only: options become an ``InterruptPlan``, ``--to`` picks the target's function in
 ``spotwright.interrupter`` from ``_TARGETS``, and each delivered signal is printed as one
-line. ``--to`` names the kind of target and the positional TARGET is its address, so a
-target that needs no address (AWS FIS, to come) can be added to the table with its own
-entry and become the default without changing how the local ones are written.
+line. ``--to`` names the kind of target and the positional TARGET is its address; AWS FIS,
+the default, needs none (the instances are found in the region), the local ones do.
 """
 
 from __future__ import annotations
@@ -12,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import click
@@ -22,6 +22,7 @@ from spotwright.interrupter import (
     InterruptPlan,
     Sent,
     instance_ids_from,
+    interrupt_fis,
     interrupt_imds_mock,
     interrupt_queue,
 )
@@ -37,12 +38,23 @@ class _TargetFailed(UserError):
     exit_code = 1
 
 
-_Target = Callable[[str, InterruptPlan, str | None, str | None], list[Sent]]
+@dataclass(frozen=True, slots=True)
+class _Settings:
+    """The options beyond the plan; which apply depends on the target."""
+
+    region: str | None = None
+    profile: str | None = None
+    role_name: str | None = None  # fis only, as are the next two
+    clean: bool | None = None
+    timeout: float | None = None
 
 
-def _to_imds_mock(
-    url: str, plan: InterruptPlan, _region: str | None, _profile: str | None
-) -> list[Sent]:
+_Target = Callable[[str, InterruptPlan, _Settings], list[Sent]]
+#: Options only the fis target takes, as shown in messages.
+_FIS_ONLY = "--role-name, --clean/--no-clean and --timeout"
+
+
+def _to_imds_mock(url: str, plan: InterruptPlan, _settings: _Settings) -> list[Sent]:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UserError(
@@ -54,22 +66,39 @@ def _to_imds_mock(
     return sent
 
 
-def _to_queue(url: str, plan: InterruptPlan, region: str | None, profile: str | None) -> list[Sent]:
+def _to_queue(url: str, plan: InterruptPlan, settings: _Settings) -> list[Sent]:
     def waiting(seconds: float, label: str) -> None:
         click.echo(f"waiting {format_duration(round(seconds))} before the {label}", err=True)
 
     return interrupt_queue(
         url,
         plan,
-        region=region,
-        profile=profile,
+        region=settings.region,
+        profile=settings.profile,
         on_sent=lambda record: click.echo(record.describe()),
         on_wait=waiting,
     )
 
 
-#: The targets ``--to`` accepts, each with a function taking (address, plan, region, profile).
-_TARGETS: dict[str, _Target] = {"imds-mock": _to_imds_mock, "queue": _to_queue}
+def _to_fis(_address: str, plan: InterruptPlan, settings: _Settings) -> list[Sent]:
+    return asyncio.run(
+        interrupt_fis(
+            plan,
+            region=settings.region,
+            profile=settings.profile,
+            role_name=settings.role_name,
+            clean=settings.clean is not False,
+            timeout=600.0 if settings.timeout is None else settings.timeout,
+            on_sent=lambda record: click.echo(record.describe()),
+            on_progress=click.echo,
+        )
+    )
+
+
+#: The targets ``--to`` accepts, each with a function taking (address, plan, settings).
+_TARGETS: dict[str, _Target] = {"fis": _to_fis, "imds-mock": _to_imds_mock, "queue": _to_queue}
+#: The targets that take no TARGET address.
+_NO_ADDRESS = frozenset({"fis"})
 
 
 def _seconds(option: str, text: str | None) -> float | None:
@@ -82,7 +111,7 @@ def _seconds(option: str, text: str | None) -> float | None:
 
 
 @click.command("interrupt", short_help="Send a spot interruption to a target.")
-@click.argument("target", required=False, metavar="TARGET")
+@click.argument("target", required=False, metavar="[TARGET]")
 @click.option(
     "--instance-ids",
     "-i",
@@ -96,8 +125,10 @@ def _seconds(option: str, text: str | None) -> float | None:
     "--to",
     "to",
     type=click.Choice(sorted(_TARGETS)),
-    required=True,
-    help="Where to send it: imds-mock (TARGET is its URL) or queue (TARGET is an SQS URL).",
+    default="fis",
+    show_default=True,
+    help="Where to send it: fis (AWS FIS interrupts the real instances; no TARGET), "
+    "imds-mock (TARGET is its URL) or queue (TARGET is an SQS URL).",
 )
 @click.option(
     "--delay",
@@ -112,8 +143,29 @@ def _seconds(option: str, text: str | None) -> float | None:
     metavar="DURATION",
     help="Also send a rebalance recommendation this long before the notice.",
 )
-@click.option("--region", "-r", help="AWS region (default: the queue URL's, then the profile's).")
-@click.option("--profile", "-p", help="AWS profile for the queue target.")
+@click.option(
+    "--region",
+    "-r",
+    help="AWS region (default: for queue the URL's, then the profile's; for fis the profile's).",
+)
+@click.option("--profile", "-p", help="AWS profile for the fis and queue targets.")
+@click.option(
+    "--role-name",
+    metavar="NAME",
+    help="fis: the IAM role FIS assumes, created if missing "
+    "[default: spotwright-fis-spot-interrupter].",
+)
+@click.option(
+    "--clean/--no-clean",
+    "clean",
+    default=None,
+    help="fis: delete the experiment template at the end [default: clean].",
+)
+@click.option(
+    "--timeout",
+    metavar="DURATION",
+    help="fis: stop following (and stop) the experiment after this long [default: 10m].",
+)
 def interrupt_command(
     target: str | None,
     instance_ids: tuple[str, ...],
@@ -122,15 +174,30 @@ def interrupt_command(
     rebalance_first: str | None,
     region: str | None,
     profile: str | None,
+    role_name: str | None,
+    clean: bool | None,
+    timeout: str | None,
 ) -> None:
-    """Send a spot interruption (optionally after a rebalance recommendation) to TARGET.
+    """Send a spot interruption: through AWS FIS to real instances, or to a local TARGET.
 
     \b
+      spotwright interrupt -i i-0abc... --delay 15s            # AWS FIS, real instances
       spotwright interrupt -i i-1234567890abcdef0 --to imds-mock http://127.0.0.1:1338
       spotwright interrupt -i i-0abc... --to queue https://sqs.us-east-1.amazonaws.com/1234/q
     """
-    if target is None:
-        raise UserError(f"--to {to} needs a TARGET: the {to}'s URL")
+    if to in _NO_ADDRESS:
+        if target is not None:
+            raise UserError(f"--to {to} takes no TARGET (got {target!r})")
+        if rebalance_first is not None:
+            raise UserError(
+                f"--rebalance-first does not apply to --to {to}: FIS sends the rebalance "
+                "recommendation itself, when the experiment starts"
+            )
+    else:
+        if target is None:
+            raise UserError(f"--to {to} needs a TARGET: the {to}'s URL")
+        if role_name is not None or clean is not None or timeout is not None:
+            raise UserError(f"{_FIS_ONLY} apply to --to fis only")
     # Each delivery is printed on stdout already; logs only say what went wrong, on stderr.
     configure_logging(stream=sys.stderr, level="warning")
     try:
@@ -141,9 +208,10 @@ def interrupt_command(
         )
     except ValueError as exc:
         raise UserError(str(exc)) from None
+    settings = _Settings(region, profile, role_name, clean, _seconds("--timeout", timeout))
     try:
-        _TARGETS[to](target, plan, region, profile)
+        _TARGETS[to](target or "", plan, settings)
     except ValueError as exc:
-        raise UserError(f"{to} {target}: {exc}") from None
+        raise UserError(f"{to} {target}: {exc}" if target else f"{to}: {exc}") from None
     except InterruptError as exc:
         raise _TargetFailed(str(exc)) from None

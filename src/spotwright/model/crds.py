@@ -14,9 +14,10 @@ may not say (titles, ``additionalProperties: false``). Fields that the models pa
 text write themselves as text: durations (``720h``, ``Never``) as patterned strings, and
 quantities (``500m``, ``4Gi``) as Kubernetes int-or-string quantities.
 
-TODO(EC2NodeClass): ``model/nodeclass.py`` (another engineer's) did not exist when this was
-written. ``_nodeclass_definition`` picks up its ``EC2NodeClass`` model when it appears; the
-drift test then fails until ``deploy/crds`` is regenerated with the third CRD.
+The EC2NodeClass model lives in ``model/nodeclass.py``, which was written alongside this
+module; it is imported lazily (``_nodeclass_definition``) so that the NodePool and NodeClaim
+CRDs can be generated without it, and the drift test tells when its CRD must be added or
+regenerated.
 """
 
 from __future__ import annotations
@@ -56,6 +57,12 @@ _READY: Final = '.status.conditions[?(@.type=="Ready")].status'
 _DROPPED_KEYS: Final = {"title", "$defs", "propertyNames"}
 #: Keys first in this order (the rest after, as generated), so the YAML reads top-down.
 _KEY_ORDER: Final = {k: i for i, k in enumerate(("description", "type", "required", "properties"))}
+
+
+class ConditionsStatus(ConfigModel):
+    """A status that is its conditions (an EC2NodeClass's: Ready and why not)."""
+
+    conditions: list[Condition] = Field(default_factory=list)
 
 
 class NodePoolStatus(ConfigModel):
@@ -191,13 +198,17 @@ def _nodeclass_definition() -> CrdDefinition | None:
     if not (isinstance(spec, type) and issubclass(spec, BaseModel)):
         return None
     if not (isinstance(status, type) and issubclass(status, BaseModel)):
-        status = NodePoolStatus
+        status = ConditionsStatus
     return CrdDefinition(
         kind="EC2NodeClass",
         plural="ec2nodeclasses",
         spec=spec,
         status=status,
-        columns=[_column("Ready", _READY), _column("Age", ".metadata.creationTimestamp", "date")],
+        columns=[
+            _column("Ready", _READY),
+            _column("Role", ".spec.role", priority=1),
+            _column("Age", ".metadata.creationTimestamp", "date"),
+        ],
         description="How instances are launched on EC2: AMIs, subnets, security groups.",
     )
 

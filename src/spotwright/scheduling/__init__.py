@@ -4,6 +4,7 @@ No I/O, no asyncio, no logging: the provisioner and the in-memory kube-scheduler
 these functions with plain data and act on the result.
 """
 
+from spotwright.scheduling.compat import compat_labels
 from spotwright.scheduling.fit import node_fit, pod_requests, pod_requirements
 from spotwright.scheduling.offerings import choose_offerings
 from spotwright.scheduling.packing import schedule
@@ -18,6 +19,7 @@ __all__ = [
     "Plan",
     "Requirements",
     "choose_offerings",
+    "compat_labels",
     "node_fit",
     "pod_requests",
     "pod_requirements",

@@ -101,7 +101,7 @@ class Candidates:
         self._anchor: dict[object, tuple[int, float]] = {}
         self._values: dict[str, frozenset[str]] = {}
         self._zc: dict[int, tuple[set[str], set[str]]] = {}
-        self._per_pod: dict[Vec, tuple[float, float]] = {}
+        self._per_pod: dict[Vec, tuple[float, tuple[tuple[float, Vec], ...]]] = {}
         self.max_alloc = tuple(max((t.alloc[d] for t in self.types), default=0) for d in range(5))
 
     def zones_and_capacity(self, i: int) -> tuple[set[str], set[str]]:
@@ -131,17 +131,19 @@ class Candidates:
                 return i
         return -1
 
-    def per_pod(self, need: Vec) -> tuple[float, float]:
-        """(lowest price per pod of shape ``need``, the price of the type offering it).
+    def per_pod(self, need: Vec) -> tuple[float, tuple[tuple[float, Vec], ...]]:
+        """The lowest price per pod of shape ``need``, and the types that offer it.
 
-        Per pod means the type's price over how many copies of the pod it holds. Within
-        0.5 % of the lowest, the type holding more copies wins: a larger node leaves
-        more room to mix shapes. ``(inf, inf)`` if no type holds one pod.
+        Per pod means the type's price over how many copies of the pod it holds. The
+        types returned, as (price, capacity), are the smallest and the largest within
+        0.5 % of that lowest price per pod: where many sizes are equally good (prices
+        linear in size) a large node mixes shapes better, and where one is much cheaper
+        it is the only one. ``(inf, ())`` if no type holds one pod.
         """
         found = self._per_pod.get(need)
         if found is not None:
             return found
-        best_value, best_price, best_count = math.inf, math.inf, 0
+        rated: list[tuple[float, int, float, Vec]] = []
         for slot, price in zip(self.types, self.prices, strict=True):
             cap = slot.cap
             count = BIG_COUNT
@@ -150,12 +152,24 @@ class Candidates:
                     n = cap[d] // need[d]
                     if n < count:
                         count = n
-            if count <= 0:
-                continue
-            value = price / count
-            if value < best_value or (value == best_value and count > best_count):
-                best_value, best_price, best_count = value, price, count
-        found = (best_value, best_price)
+            if count > 0:
+                rated.append((price / count, count, price, cap))
+        if not rated:
+            found = (math.inf, ())
+        else:
+            lowest = min(r[0] for r in rated)
+            near = [r for r in rated if r[0] <= lowest * 1.005]
+            small = min(near, key=lambda r: (r[1], r[2]))
+            large = max(near, key=lambda r: (r[1], -r[2]))
+            types = (
+                ((small[2], small[3]),)
+                if small is large
+                else (
+                    (small[2], small[3]),
+                    (large[2], large[3]),
+                )
+            )
+            found = (lowest, types)
         self._per_pod[need] = found
         return found
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from spotwright.model.objects import Pod
 from spotwright.scheduling.candidates import Candidates, Vec
-from spotwright.scheduling.state import ClaimState, Profile
+from spotwright.scheduling.state import ClaimState, Profile, plus, room
 
 if TYPE_CHECKING:
     from spotwright.scheduling.packing import Take, _Scheduler
@@ -63,7 +63,8 @@ class _Shape:
 
     req: Vec
     value: float
-    price: float
+    #: (price, capacity) of the types that hold this shape most cheaply per pod.
+    targets: tuple[tuple[float, Vec], ...]
     entries: list[Entry] = field(default_factory=list)
     left: int = 0
 
@@ -81,7 +82,7 @@ def fill_deferred(sched: _Scheduler, entries: list[Entry]) -> list[Entry]:
             shapes = _shapes(cands, members)
             _fill_open(sched, shapes, members[0])
             _grow_open(sched, shapes, members[0])
-            _fill_new(sched, shapes)
+            _fill_new(sched, cands, shapes)
         leftovers.extend(e for e in members if e.left)
     return leftovers
 
@@ -105,8 +106,8 @@ def _shapes(cands: Candidates, members: list[Entry]) -> list[_Shape]:
     for e in members:
         shape = by_req.get(e.group.req)
         if shape is None:
-            value, price = cands.per_pod(e.group.req)
-            shape = by_req[e.group.req] = _Shape(e.group.req, value, price)
+            value, targets = cands.per_pod(e.group.req)
+            shape = by_req[e.group.req] = _Shape(e.group.req, value, targets)
         shape.entries.append(e)
         shape.left += e.left
     # Dearest first. Shapes worth the same (within 0.5 %) go smallest first: they pack
@@ -188,16 +189,71 @@ def _grow_open(sched: _Scheduler, shapes: list[_Shape], sample: Entry) -> None:
                 at = (ring.index(best[2]) + 1) % n
 
 
-def _fill_new(sched: _Scheduler, shapes: list[_Shape]) -> None:
-    for top in shapes:
-        while top.left:
-            e = next(x for x in top.entries if x.left)
-            claim, k = sched.open_claim(e.group, e.variant, None, e.left, cap=top.price)
-            if claim is None:
-                break  # no NodePool can take more of this shape; the fallback explains why
-            _assign(sched, claim, e, k)
-            top.left -= k
-            _pack(sched, claim, shapes, claim.cap_price)
+def _fill_new(sched: _Scheduler, cands: Candidates, shapes: list[_Shape]) -> None:
+    """Open claims one at a time, each for the type that packs the most worth per dollar.
+
+    For every type that some remaining shape would pick on its own, a dry run fills one
+    node of it the way ``_pack`` will (dearest shapes first); the type whose node holds
+    the most worth for its price (the cheapest type holding the result) wins, and the
+    claim is opened and filled for real. The same choice is reused while the shapes it
+    took still have pods, so a batch of a few shapes costs a few dry runs, not one per
+    claim.
+    """
+    failed: set[int] = set()
+    choice: tuple[float, Vec, int] | None = None  # (price cap, capacity, first shape)
+    while True:
+        live = [i for i, s in enumerate(shapes) if s.left and i not in failed]
+        if not live:
+            return
+        if choice is None or not shapes[choice[2]].left or choice[2] in failed:
+            choice = _best_node(cands, shapes, live)
+            if choice is None:
+                return
+        price, target, first = choice
+        top = shapes[first]
+        e = next(x for x in top.entries if x.left)
+        claim, k = sched.open_claim(e.group, e.variant, None, e.left, cap=price, target=target)
+        if claim is None:
+            failed.add(first)  # no NodePool takes more of it; the fallback explains why
+            choice = None
+            continue
+        _assign(sched, claim, e, k)
+        top.left -= k
+        before = [s.left for s in shapes]
+        _pack(sched, claim, shapes, claim.cap_price)
+        if any(s.left == 0 and b > 0 for s, b in zip(shapes, before, strict=True)):
+            choice = None  # a shape ran out: the best node may look different now
+
+
+def _best_node(
+    cands: Candidates, shapes: list[_Shape], live: list[int]
+) -> tuple[float, Vec, int] | None:
+    best: tuple[float, float, Vec, int] | None = None
+    seen: set[Vec] = set()
+    options = [t for i in live for t in shapes[i].targets]
+    for price, target in options:
+        if target in seen:
+            continue
+        seen.add(target)
+        total = (0, 0, 0, 0, 0)
+        worth, first = 0.0, -1
+        for j in live:
+            shape = shapes[j]
+            k = min(shape.left, room(target, total, shape.req))
+            if k > 0:
+                total = plus(total, shape.req, k)
+                worth += k * shape.value
+                if first < 0:
+                    first = j
+        if first < 0:
+            continue
+        at = cands.first_fit(total)
+        if at < 0:
+            continue
+        efficiency = worth / cands.prices[at]
+        if best is None or efficiency > best[0] * (1 + 1e-9):
+            best = (efficiency, price, target, first)
+    return None if best is None else (best[1], best[2], best[3])
 
 
 def _pack(sched: _Scheduler, claim: ClaimState, shapes: list[_Shape], cap: float) -> None:
@@ -230,7 +286,7 @@ def _pack(sched: _Scheduler, claim: ClaimState, shapes: list[_Shape], cap: float
 
 def _slack(claim: ClaimState, cap: float) -> tuple[int, ...]:
     """Per resource, the most any type priced <= ``cap`` still has free (an upper bound)."""
-    tops = claim.cands.frontier(cap)
+    tops = claim.cands.frontier(cap) if claim.target is None else (claim.target,)
     total = claim.total
     if not tops:
         return (-1, -1, -1, -1, -1)

@@ -548,7 +548,8 @@ class _Scheduler:
         cands = claim.cands if reqs is claim.reqs else self.catalog.candidates(reqs)
         total, req = claim.total, group.req
         k = 0
-        for top in cands.frontier(price_cap):
+        tops = cands.frontier(price_cap) if claim.target is None else (claim.target,)
+        for top in tops:
             spare = room(top, total, req)
             if spare > k:
                 k = spare
@@ -560,7 +561,7 @@ class _Scheduler:
             return None
         start = claim.idx if cands is claim.cands else 0
         idx = cands.first_fit(plus(total, req, k), start, price_cap)
-        if idx < 0:  # pragma: no cover - the frontier guarantees a fit
+        if idx < 0:  # the target type is not among narrowed candidates
             return None
         if pool.budget is not None:
             k, idx = self._within_limits(claim, cands, start, k, req, price_cap)
@@ -627,11 +628,13 @@ class _Scheduler:
         pt: PodTopology | None,
         want: int,
         cap: float | None = None,
+        target: Vec | None = None,
     ) -> tuple[ClaimState | None, int]:
         """Open a claim in the first NodePool (by weight) that can take ``group``'s pods.
 
         Its price cap is ``cap`` if given, else the anchor price of the pods ahead; never
-        below the cheapest type that holds one pod.
+        below the cheapest type that holds one pod. With ``target``, the claim only ever
+        holds what a type of that capacity holds (its type is still the cheapest fitting).
         """
         for pool in self.pools:
             if pool.nodes_left is not None and pool.nodes_left <= 0:
@@ -666,6 +669,7 @@ class _Scheduler:
             claim = ClaimState(
                 pool, cands.reqs, cands, price, f"claim-{len(self.claims) + 1}", first
             )
+            claim.target = target
             k = self.claim_take(claim, group, v, pt, want)
             if k <= 0:
                 continue

@@ -98,11 +98,12 @@ def _group_key(pod: Pod, with_labels: bool) -> Hashable:
 def _one_per_node(pod: Pod) -> bool:
     """Does a required hostname anti-affinity term keep the pod's like off its node?"""
     for term in pod.pod_anti_affinity:
-        if canonical_key(term.topology_key) == wk.HOSTNAME and selector_matches(
-            term.selector, pod.labels
+        if (
+            canonical_key(term.topology_key) == wk.HOSTNAME
+            and selector_matches(term.selector, pod.labels)
+            and (not term.namespaces or pod.namespace in term.namespaces)
         ):
-            if not term.namespaces or pod.namespace in term.namespaces:
-                return True
+            return True
     return False
 
 

@@ -5,7 +5,9 @@ a finite set of values or the complement of one, optional integer bounds, and wh
 label may be missing altogether. With that one shape, intersecting a NodePool's
 requirements with a pod's, or with an instance type's labels, is a few set operations, and
 "can these both hold?" is "is anything left?". Keys are normalised through
-``labels.ALIASES`` once, at construction, so the hot loop never sees a deprecated key.
+``labels.ALIASES`` once, at construction, so the hot loop never sees a deprecated key;
+EKS's and eksctl's capacity-type labels become ``karpenter.sh/capacity-type`` the same
+way (``compat``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,12 @@ from dataclasses import dataclass
 
 from spotwright.model import labels as wk
 from spotwright.model.objects import NodeSelectorRequirement
+from spotwright.scheduling.compat import (
+    EKS_CAPACITY_TYPE,
+    EKSCTL_LIFECYCLE,
+    canonical_value,
+    normalise,
+)
 
 __all__ = ["KeyRequirement", "Requirements", "canonical_key"]
 
@@ -181,8 +189,8 @@ class Requirements(Mapping[str, KeyRequirement]):
     def from_terms(cls, reqs: Iterable[NodeSelectorRequirement]) -> Requirements:
         keys: dict[str, KeyRequirement] = {}
         for term in reqs:
-            key = canonical_key(term.key)
-            new = KeyRequirement.from_term(term.operator, term.values)
+            key, values = normalise(canonical_key(term.key), term.operator, term.values)
+            new = KeyRequirement.from_term(term.operator, values)
             old = keys.get(key)
             keys[key] = new if old is None else old.intersect(new)
         return cls(keys)
@@ -190,9 +198,9 @@ class Requirements(Mapping[str, KeyRequirement]):
     @classmethod
     def from_labels(cls, labels: Mapping[str, str]) -> Requirements:
         keys: dict[str, KeyRequirement] = {}
-        for key, value in labels.items():
-            key = canonical_key(key)
-            new = KeyRequirement(frozenset((value,)), False, False)
+        for raw, value in labels.items():
+            key, values = normalise(canonical_key(raw), "In", (value,))
+            new = KeyRequirement(frozenset(values), False, False)
             old = keys.get(key)
             keys[key] = new if old is None else old.intersect(new)
         return cls(keys)
@@ -286,6 +294,13 @@ class Requirements(Mapping[str, KeyRequirement]):
                     value = labels.get(alias)
                     if value is not None:
                         break
+            if value is None and key == wk.CAPACITY_TYPE:
+                for foreign in (EKS_CAPACITY_TYPE, EKSCTL_LIFECYCLE):
+                    found = labels.get(foreign)
+                    if found is not None:
+                        value = canonical_value(foreign, found)
+                        if value is not None:
+                            break
             if value is None:
                 if not req.absent_ok:
                     return False

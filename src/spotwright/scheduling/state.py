@@ -55,6 +55,8 @@ class ClaimState:
     contrib: Vec = (0, 0, 0, 0, 0)
     pods: list[Pod] = field(default_factory=list)
     retired: bool = False
+    #: If set, the claim holds at most this capacity (the type it was opened for).
+    target: Vec | None = None
     #: Where ``FreeRoom`` files the claim (None: not filed, no room left).
     cell: tuple[int, int] | None = None
     #: variant id -> (the claim requirements it was computed for, their meet or None)

@@ -13,7 +13,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-__all__ = ["OPERATIONS", "Grant", "is_declared"]
+__all__ = [
+    "INTERRUPTER_OPERATIONS",
+    "INTERRUPTER_TAG",
+    "OPERATIONS",
+    "Grant",
+    "is_declared",
+]
 
 _ARN: Final = "arn:${AWS::Partition}"
 _EC2: Final = f"{_ARN}:ec2:${{AWS::Region}}"
@@ -90,6 +96,17 @@ _LAUNCH_GRANTS: Final = (
 )
 
 _QUEUE: Final = f"{_ARN}:sqs:${{AWS::Region}}:${{AWS::AccountId}}:${{InterruptionQueueName}}"
+#: Any Auto Scaling group of the account in the region; the tag condition narrows it down.
+_GROUPS: Final = (
+    f"{_ARN}:autoscaling:${{AWS::Region}}:${{AWS::AccountId}}"
+    ":autoScalingGroup:*:autoScalingGroupName/*"
+)
+
+
+def _lifecycle(action: str) -> tuple[Grant, ...]:
+    """Lifecycle hooks of the cluster's own groups only (tagged ``owned``, as EKS does)."""
+    return (Grant("ClusterGroupLifecycleActions", (action,), (_GROUPS,), _RESOURCE_TAGGED),)
+
 
 #: Every (service, operation) the adapters call, with the permissions each needs.
 OPERATIONS: Final[Mapping[tuple[str, str], tuple[Grant, ...]]] = {
@@ -159,9 +176,99 @@ OPERATIONS: Final[Mapping[tuple[str, str], tuple[Grant, ...]]] = {
     ("sqs", "ChangeMessageVisibility"): (
         Grant("InterruptionQueue", ("sqs:ChangeMessageVisibility",), (_QUEUE,)),
     ),
+    # Auto Scaling terminate hooks: keep them open while draining, then let the group go on
+    ("autoscaling", "RecordLifecycleActionHeartbeat"): _lifecycle(
+        "autoscaling:RecordLifecycleActionHeartbeat"
+    ),
+    ("autoscaling", "CompleteLifecycleAction"): _lifecycle("autoscaling:CompleteLifecycleAction"),
+}
+
+
+# -- interrupter-only -------------------------------------------------------------------
+# ``spotwright interrupt --to fis`` (adapters/aws/fis.py) is run by a person or a CI job, not
+# by the controller, and the controller never calls FIS or changes IAM; so these operations
+# are kept out of OPERATIONS and out of deploy/iam-policy.json. They make their own policy,
+# deploy/iam-policy-interrupter.json (``python -m spotwright.adapters.aws.fis --out ...``).
+# ``${FisRoleName}`` is the experiment role the interrupter creates or reuses (--role-name).
+
+#: The tag on everything the interrupter creates (role, templates, experiments).
+INTERRUPTER_TAG: Final = ("spotwright.io/managed-by", "spotwright-interrupt")
+_FIS: Final = f"{_ARN}:fis:${{AWS::Region}}:${{AWS::AccountId}}"
+_FIS_TEMPLATES: Final = f"{_FIS}:experiment-template/*"
+_FIS_EXPERIMENTS: Final = f"{_FIS}:experiment/*"
+#: FIS's own actions (aws:ec2:send-spot-instance-interruptions...); what the experiments
+#: can do is bounded by the role, which only sends spot interruptions.
+_FIS_ACTIONS: Final = f"{_ARN}:fis:${{AWS::Region}}:*:action/*"
+_FIS_ROLE: Final = f"{_ARN}:iam::${{AWS::AccountId}}:role/${{FisRoleName}}"
+_TAGGED_REQUEST: Final = {
+    "StringEquals": {f"aws:RequestTag/{INTERRUPTER_TAG[0]}": INTERRUPTER_TAG[1]}
+}
+_TAGGED_RESOURCE: Final = {
+    "StringEquals": {f"aws:ResourceTag/{INTERRUPTER_TAG[0]}": INTERRUPTER_TAG[1]}
+}
+_FOLLOW: Final = "FollowOwnExperiments"
+
+#: Every (service, operation) the interrupter's FIS target calls: interrupter-only.
+INTERRUPTER_OPERATIONS: Final[Mapping[tuple[str, str], tuple[Grant, ...]]] = {
+    # every instance must exist, run and be spot before anything is created
+    ("ec2", "DescribeInstances"): _read("ec2:DescribeInstances"),
+    # the experiment role: looked up, created tagged, its inline policy kept current
+    ("iam", "GetRole"): (Grant("ReadFisRole", ("iam:GetRole",), (_FIS_ROLE,)),),
+    ("iam", "CreateRole"): (
+        Grant(
+            "CreateTaggedFisRole", ("iam:CreateRole", "iam:TagRole"), (_FIS_ROLE,), _TAGGED_REQUEST
+        ),
+    ),
+    ("iam", "PutRolePolicy"): (
+        Grant("PolicyOfOwnFisRole", ("iam:PutRolePolicy",), (_FIS_ROLE,), _TAGGED_RESOURCE),
+    ),
+    # the experiment
+    ("fis", "CreateExperimentTemplate"): (
+        Grant(
+            "CreateTaggedTemplates",
+            ("fis:CreateExperimentTemplate", "fis:TagResource"),
+            (_FIS_TEMPLATES,),
+            _TAGGED_REQUEST,
+        ),
+        Grant("UseFisActions", ("fis:CreateExperimentTemplate",), (_FIS_ACTIONS,)),
+        Grant(
+            "PassFisRole",
+            ("iam:PassRole",),
+            (_FIS_ROLE,),
+            {"StringEquals": {"iam:PassedToService": "fis.amazonaws.com"}},
+        ),
+    ),
+    ("fis", "StartExperiment"): (
+        Grant("StartOwnTemplates", ("fis:StartExperiment",), (_FIS_TEMPLATES,), _TAGGED_RESOURCE),
+        Grant(
+            "StartTaggedExperiments",
+            ("fis:StartExperiment", "fis:TagResource"),
+            (_FIS_EXPERIMENTS,),
+            _TAGGED_REQUEST,
+        ),
+    ),
+    ("fis", "GetExperiment"): (
+        Grant(_FOLLOW, ("fis:GetExperiment",), (_FIS_EXPERIMENTS,), _TAGGED_RESOURCE),
+    ),
+    ("fis", "StopExperiment"): (
+        Grant(_FOLLOW, ("fis:StopExperiment",), (_FIS_EXPERIMENTS,), _TAGGED_RESOURCE),
+    ),
+    ("fis", "DeleteExperimentTemplate"): (
+        Grant(
+            "DeleteOwnTemplates",
+            ("fis:DeleteExperimentTemplate",),
+            (_FIS_TEMPLATES,),
+            _TAGGED_RESOURCE,
+        ),
+    ),
 }
 
 
 def is_declared(service: str, operation: str) -> bool:
-    """Whether the adapters may call ``operation`` of ``service`` (see the module docstring)."""
-    return (service, operation) in OPERATIONS
+    """Whether the adapters may call ``operation`` of ``service`` (see the module docstring).
+
+    The interrupter's operations count too: ``AwsCaller`` serves both, and which policy
+    covers which is kept apart by the two tables (and tests/aws/test_fis.py).
+    """
+    key = (service, operation)
+    return key in OPERATIONS or key in INTERRUPTER_OPERATIONS

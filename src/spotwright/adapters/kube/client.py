@@ -8,6 +8,8 @@ what a controller needs on top and what the rest of the adapter relies on:
   be built just to be thrown away;
 * a client-side token bucket (``qps``/``burst``, as client-go's) in front of every request
   except the long-running watches, so a storm of interruptions cannot flood the API server;
+  waiting requests are served by priority (Lease renewals, then taints and NodeClaim
+  writes, then evictions and pod deletions), and Events have a bucket of their own;
 * calls that may be repeated (list, get, patch, delete) are retried on a 5xx, a 429 or a
   dropped connection, so one hiccup of the API server does not fail a drain; creates are
   never repeated, since a create that timed out may have happened;
@@ -18,6 +20,9 @@ what a controller needs on top and what the rest of the adapter relies on:
 from __future__ import annotations
 
 import asyncio
+import enum
+import heapq
+import itertools
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -41,6 +46,7 @@ __all__ = [
     "Api",
     "ApiKind",
     "Permission",
+    "Priority",
     "TokenBucket",
     "connect",
     "status_code",
@@ -107,11 +113,23 @@ def status_code(exc: BaseException) -> int | None:
     return None
 
 
+class Priority(enum.IntEnum):
+    """Which waiting request gets the next token: lower first, then in arrival order."""
+
+    #: Leader election: a renewal stuck behind a drain's evictions would cost the Lease.
+    LEASE = 0
+    #: Ordinary work: taints, cordons, NodeClaim writes, lists, reads.
+    NORMAL = 1
+    #: Many-at-once work that may wait: evictions and pod deletions.
+    BULK = 2
+
+
 class TokenBucket:
     """Client-side rate limit: ``burst`` requests at once, then ``qps`` per second.
 
-    Waiters are served in arrival order, so a burst of evictions queues behind the taint
-    patches that came first instead of overtaking them.
+    When requests have to wait, the most urgent go first and equals in arrival order: 200
+    nodes interrupted at once mean thousands of evictions, and the taint of the 200th node
+    (and every Lease renewal) must not queue behind them.
     """
 
     def __init__(self, qps: float, burst: int, clock: Callable[[], float] = time.monotonic):
@@ -122,20 +140,36 @@ class TokenBucket:
         self._clock = clock
         self._tokens = float(burst)
         self._stamp = clock()
-        self._lock = asyncio.Lock()
+        self._waiting: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._arrivals = itertools.count()
+        self._pump: asyncio.Task[None] | None = None
 
     def _refill(self) -> None:
         now = self._clock()
         self._tokens = min(float(self.burst), self._tokens + (now - self._stamp) * self.qps)
         self._stamp = now
 
-    async def acquire(self) -> None:
-        async with self._lock:
-            self._refill()
-            while self._tokens < 1.0:
-                await asyncio.sleep((1.0 - self._tokens) / self.qps)
-                self._refill()
+    async def acquire(self, priority: Priority = Priority.NORMAL) -> None:
+        self._refill()
+        if not self._waiting and self._tokens >= 1.0:
             self._tokens -= 1.0
+            return
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiting, (int(priority), next(self._arrivals), turn))
+        if self._pump is None or self._pump.done():
+            self._pump = asyncio.create_task(self._hand_out())
+        await turn
+
+    async def _hand_out(self) -> None:
+        while self._waiting:
+            self._refill()
+            if self._tokens < 1.0:
+                await asyncio.sleep((1.0 - self._tokens) / self.qps)
+                continue
+            _, _, turn = heapq.heappop(self._waiting)
+            if not turn.done():  # a waiter that was cancelled gives its turn up
+                self._tokens -= 1.0
+                turn.set_result(None)
 
 
 def _resource_class(kind: ApiKind, subresource: str | None = None) -> type[Any]:
@@ -185,9 +219,19 @@ def connect(kubeconfig: str | Path | None = None, *, timeout: float = 10.0) -> A
 class Api:
     """The calls the adapter makes, each throttled (watches aside) and recorded."""
 
-    def __init__(self, client: AsyncClient, *, qps: float = 200.0, burst: int = 300) -> None:
+    def __init__(
+        self,
+        client: AsyncClient,
+        *,
+        qps: float = 200.0,
+        burst: int = 300,
+        event_qps: float = 20.0,
+        event_burst: int = 50,
+    ) -> None:
         self.client = client
         self.bucket = TokenBucket(qps, burst)
+        #: Events have a budget of their own: recording them never delays an action.
+        self.events_bucket = TokenBucket(event_qps, event_burst)
         #: Every permission a call so far has needed, for the RBAC check.
         self.used: set[Permission] = set()
         self._classes: dict[tuple[ApiKind, str | None], type[Any]] = {}
@@ -212,7 +256,7 @@ class Api:
             items: list[dict[str, Any]] = [dict(item) async for item in listing]
             return items, listing.resourceVersion
 
-        return await self._again_if_transient(call)
+        return await self._again_if_transient(call, kind, "list")
 
     def watch(
         self, kind: ApiKind, resource_version: str, *, server_timeout: int = 300
@@ -234,13 +278,13 @@ class Api:
         async def call() -> dict[str, Any]:
             return dict(await self.client.get(self._cls(kind), name, namespace=namespace))
 
-        return await self._again_if_transient(call)
+        return await self._again_if_transient(call, kind, "get")
 
     async def create(
         self, kind: ApiKind, obj: Mapping[str, Any], namespace: str | None = None
     ) -> dict[str, Any]:
         self._record(kind, "create")
-        await self.bucket.acquire()
+        await self._bucket(kind).acquire(_priority(kind, "create"))
         body = self._cls(kind)({"apiVersion": kind.api_version, "kind": kind.kind, **obj})
         created: Any = await self.client.create(body, namespace=namespace)  # type: ignore[call-overload]
         return dict(created)
@@ -269,7 +313,7 @@ class Api:
             )
             return dict(patched)
 
-        return await self._again_if_transient(call)
+        return await self._again_if_transient(call, kind, "patch")
 
     async def delete(
         self,
@@ -286,12 +330,16 @@ class Api:
                 self._cls(kind), name, namespace=namespace, grace_period=grace_seconds
             )
 
-        await self._again_if_transient(call)
+        await self._again_if_transient(call, kind, "delete")
 
     async def evict(self, namespace: str, name: str, uid: str = "") -> None:
-        """POST an Eviction (policy/v1); the caller maps 429 to a blocked eviction."""
+        """POST an Eviction (policy/v1); the caller maps 429 to a blocked eviction.
+
+        Unlike other creates this one may be repeated after a timeout or a 5xx: evicting a
+        pod that is already going is harmless (and a gone one is a 404), while a drain that
+        gave up on an overloaded API server would leave the node to die with its pods.
+        """
         self.used.add(Permission("", "pods/eviction", "create"))
-        await self.bucket.acquire()
         body: dict[str, Any] = {
             "apiVersion": "policy/v1",
             "kind": "Eviction",
@@ -299,27 +347,42 @@ class Api:
         }
         if uid:
             body["deleteOptions"] = {"preconditions": {"uid": uid}}
-        eviction: Any = _EVICTION_CLASS(body)
-        await self.client.create(eviction, name, namespace=namespace)
+
+        async def call() -> None:
+            eviction: Any = _EVICTION_CLASS(body)
+            await self.client.create(eviction, name, namespace=namespace)
+
+        await self._again_if_transient(call, PODS, "evict", retry_429=False)
 
     async def close(self) -> None:
         await self.client.close()
 
-    async def _again_if_transient(self, call: Callable[[], Awaitable[T]]) -> T:
+    def _bucket(self, kind: ApiKind) -> TokenBucket:
+        return self.events_bucket if kind == EVENTS else self.bucket
+
+    async def _again_if_transient(
+        self,
+        call: Callable[[], Awaitable[T]],
+        kind: ApiKind,
+        verb: str,
+        *,
+        retry_429: bool = True,
+    ) -> T:
         """Throttle, and retry a call that may safely be repeated after a transient failure.
 
         Creates are never repeated: a create that timed out may have happened, and a second
         one would make a second object.
         """
         delay = _RETRY_DELAY
+        bucket, priority = self._bucket(kind), _priority(kind, verb)
         for attempt in range(1, _ATTEMPTS + 1):
-            await self.bucket.acquire()
+            await bucket.acquire(priority)
             try:
                 return await call()
             except Exception as exc:
                 code = status_code(exc)
                 transient = (
-                    code >= 500 or code == 429
+                    code >= 500 or (code == 429 and retry_429)
                     if code is not None
                     else isinstance(exc, httpx2.TransportError)
                 )
@@ -328,6 +391,14 @@ class Api:
             await asyncio.sleep(delay)
             delay *= 2
         raise AssertionError("unreachable")
+
+
+def _priority(kind: ApiKind, verb: str) -> Priority:
+    if kind == LEASES:
+        return Priority.LEASE
+    if kind == PODS and verb in ("delete", "evict"):
+        return Priority.BULK
+    return Priority.NORMAL
 
 
 async def _dicts(

@@ -4,13 +4,19 @@ It is the live twin of ``adapters.memory_cluster`` and keeps its semantics, so t
 controllers run on both:
 
 * reads are synchronous and come from list-then-watch caches (pods with an index by node,
-  nodes, PodDisruptionBudgets, NodeClaims);
+  nodes, PodDisruptionBudgets, NodeClaims). A node's record leaves out the taints the
+  node lifecycle controller puts on a node that is not Ready (``not-ready``,
+  ``unreachable``): the record's ``ready`` says that already, and the in-memory world has
+  no such taints, so a node that has just registered counts as capacity still booting,
+  as Karpenter treats it, instead of as a node the pods cannot go to (which had the
+  provisioner launch a second instance for the same pods);
 * ``watch()`` subscribes when called. Unlike the in-memory cluster, a live controller may
   start long after the objects it must act on exist (a restart, a new leader), so a new
   subscription first receives every cached object, the way a Kubernetes informer's new
   handler does: as MODIFIED, except a NodeClaim that was never launched and is not being
   deleted, which is ADDED (it is still waiting for its launch);
-* writes are patches (strategic merge for nodes, merge for NodeClaim status), evictions
+* writes are merge patches (a node's taints conditioned on its resourceVersion, since
+  the list has no merge key; a NodeClaim's status field by field), evictions
   go through the policy/v1 Eviction API (429 is ``EvictionBlocked``), and each write's
   response goes into the cache at once so a controller reads its own writes;
 * Events (events.k8s.io/v1) are recorded in the background: a controller never waits for
@@ -27,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
@@ -35,6 +42,7 @@ from lightkube.types import PatchType
 
 from spotwright.adapters.kube.client import EVENTS, NODES, PDBS, PODS, Api, status_code
 from spotwright.adapters.kube.convert import (
+    READINESS_TAINTS,
     format_time,
     node_from_api,
     pdb_from_api,
@@ -59,6 +67,7 @@ log = get_logger("kube.cluster")
 
 REPORTING_CONTROLLER = "spotwright.io/controller"
 _EVENT_QUEUE = 2000
+_CONFLICT_RETRIES = 5
 _EVENT_WORKERS = 4
 _EVENT_DEDUP_SECONDS = 60.0
 _API_VERSIONS = {"Pod": "v1", "Node": "v1", "NodeClaim": "spotwright.io/v1alpha1"}
@@ -78,6 +87,7 @@ class KubeCluster:
         self._subs: list[tuple[frozenset[str], asyncio.Queue[WatchEvent]]] = []
         self._by_node: dict[str, dict[str, Pod]] = {}
         self._node_uids: dict[str, str] = {}
+        self._all_taints: dict[str, list[Taint]] = {}
         self.pods_cache: Informer[Pod] = Informer(api, PODS, pod_from_api, listener=self._on_pod)
         self.nodes_cache: Informer[Node] = Informer(
             api, NODES, self._convert_node, listener=self._on_node
@@ -88,6 +98,7 @@ class KubeCluster:
         self._events: asyncio.Queue[dict[str, Any]] = asyncio.Queue(_EVENT_QUEUE)
         self._recent_events: OrderedDict[tuple[str, ...], float] = OrderedDict()
         self.events_dropped = 0
+        self.events_failed = 0
         self._tasks: list[asyncio.Task[None]] = []
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -159,8 +170,13 @@ class KubeCluster:
 
     # -- cache listeners --------------------------------------------------------------------
     def _convert_node(self, obj: Mapping[str, Any]) -> Node:
+        """The node as the controllers see it: without the node lifecycle controller's
+        readiness taints, which ``ready`` already says (see ``READINESS_TAINTS``); the
+        full list is kept aside, since a taint patch replaces the whole list."""
         node = node_from_api(obj)
         self._node_uids[node.name] = str((obj.get("metadata") or {}).get("uid") or "")
+        self._all_taints[node.name] = list(node.taints)
+        node.taints = [t for t in node.taints if t.key not in READINESS_TAINTS]
         return node
 
     def _on_pod(self, change: ChangeType, key: str, old: Pod | None, new: Pod | None) -> None:
@@ -177,6 +193,7 @@ class KubeCluster:
     def _on_node(self, change: ChangeType, key: str, old: Node | None, new: Node | None) -> None:
         if change == "DELETED":
             self._node_uids.pop(key, None)
+            self._all_taints.pop(key, None)
         self._publish("node", change, key)
 
     def _on_claim(
@@ -220,28 +237,45 @@ class KubeCluster:
         unschedulable: bool | None = None,
         labels: Mapping[str, str | None] | None = None,
     ) -> None:
-        """One strategic-merge patch: taints merge by key, so others' taints are kept."""
+        """One merge patch; a taint change is conditioned on the node's resourceVersion.
+
+        A Node's taint list has no merge key, so any patch of it replaces the whole list:
+        the new list is computed from the cached node and sent with the version it was
+        read at, and a 409 (someone changed the node meanwhile) re-reads and retries, so a
+        taint another controller added in between is never dropped.
+        """
         self._check_fence()
-        spec: dict[str, Any] = {}
-        added = {t.key for t in add_taints}
-        taints: list[dict[str, Any]] = [taint_to_api(t) for t in add_taints]
-        taints += [{"key": k, "$patch": "delete"} for k in remove_taints if k not in added]
-        if taints:
-            spec["taints"] = taints
-        if unschedulable is not None:
-            spec["unschedulable"] = unschedulable
-        patch: dict[str, Any] = {}
-        if spec:
-            patch["spec"] = spec
-        if labels:
-            patch["metadata"] = {"labels": dict(labels)}
-        if not patch:
+        for _ in range(_CONFLICT_RETRIES):
+            patch: dict[str, Any] = {}
+            spec: dict[str, Any] = {}
+            if add_taints or remove_taints:
+                if name not in self.nodes_cache.items:
+                    raise NotFound(f"node {name} not found")
+                taints = [t for t in self._all_taints[name] if t.key not in remove_taints]
+                taints += [t for t in add_taints if t not in taints]
+                spec["taints"] = [taint_to_api(t) for t in taints]
+                patch["metadata"] = {"resourceVersion": self.nodes_cache.version_of(name)}
+            if unschedulable is not None:
+                spec["unschedulable"] = unschedulable
+            if spec:
+                patch["spec"] = spec
+            if labels:
+                patch.setdefault("metadata", {})["labels"] = dict(labels)
+            if not patch:
+                return
+            try:
+                response = await self.api.patch(NODES, name, patch, patch_type=PatchType.MERGE)
+            except Exception as exc:
+                if status_code(exc) != 409:
+                    raise _error(exc, f"node {name}") from exc
+                try:
+                    self.nodes_cache.apply(await self.api.get(NODES, name))
+                except Exception as fresh_exc:
+                    raise _error(fresh_exc, f"node {name}") from fresh_exc
+                continue
+            self.nodes_cache.apply(response)
             return
-        try:
-            response = await self.api.patch(NODES, name, patch, patch_type=PatchType.STRATEGIC)
-        except Exception as exc:
-            raise _error(exc, f"node {name}") from exc
-        self.nodes_cache.apply(response)
+        raise ClusterError(f"node {name}: still conflicting after {_CONFLICT_RETRIES} attempts")
 
     async def delete_node(self, name: str) -> None:
         self._check_fence()
@@ -312,7 +346,12 @@ class KubeCluster:
         if namespace:
             regarding["namespace"] = namespace
         return {
-            "metadata": {"generateName": f"{short}.", "namespace": namespace or "default"},
+            # client-go's naming: the object's name and a unique suffix (generateName would
+            # end in "." and is refused).
+            "metadata": {
+                "name": f"{short[:200]}.{uuid.uuid4().hex[:16]}",
+                "namespace": namespace or "default",
+            },
             "eventTime": format_time(now),
             "reportingController": REPORTING_CONTROLLER,
             "reportingInstance": self.identity[:128],
@@ -342,7 +381,9 @@ class KubeCluster:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # an Event is best effort, never a failure
-                log.debug("could not record event", reason=event["reason"], error=str(exc))
+                self.events_failed += 1
+                say = log.warning if self.events_failed <= 5 else log.debug
+                say("could not record event", reason=event["reason"], error=str(exc))
 
     async def flush_events(self, timeout: float = 5.0) -> None:
         """Wait (at most ``timeout``) until queued Events have been sent: for shutdown."""

@@ -37,6 +37,7 @@ from spotwright.observability.logs import get_logger
 __all__ = [
     "DAEMON_KINDS",
     "MIRROR_ANNOTATION",
+    "READINESS_TAINTS",
     "format_time",
     "node_from_api",
     "parse_time",
@@ -60,6 +61,11 @@ _DROPPED_ANNOTATIONS: Final = frozenset(
     {"kubectl.kubernetes.io/last-applied-configuration", "deployment.kubernetes.io/revision"}
 )
 _MAX_ANNOTATION_LENGTH: Final = 512
+#: Taints the node lifecycle controller sets while a node is not Ready; they restate
+#: ``Node.ready`` and are transient (Karpenter's "known ephemeral taints").
+READINESS_TAINTS: Final = frozenset(
+    {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
+)
 _warned: set[str] = set()
 _PLACEMENT_CACHE_SIZE: Final = 65_536
 

@@ -6,7 +6,9 @@ from the list's resourceVersion and applies each change. When the API server has
 compacted past that version it answers 410 Gone; the informer then lists again and turns
 the difference between its store and the new list into the ADDED/MODIFIED/DELETED changes
 it missed, so subscribers never see a gap. Any other failure re-watches from the last
-version seen, with backoff.
+version seen, with backoff, and after three failures in a row lists afresh too (a watch
+can fail for good from one version, e.g. when etcd compacted away the previous state an
+event needs).
 
 Only the converted record is stored (plus the object's resourceVersion), never the API
 object, so memory follows the number of objects rather than the size of their specs.
@@ -37,6 +39,7 @@ log = get_logger("kube.informer")
 
 _BACKOFF_MIN = 0.5
 _BACKOFF_MAX = 30.0
+_RELIST_AFTER_FAILURES = 3
 
 
 def newer(candidate: str, current: str | None) -> bool:
@@ -86,6 +89,7 @@ class Informer(Generic[T]):
         """List (unless resuming), then watch forever; cancel to stop."""
         version = resume_from
         backoff = _BACKOFF_MIN
+        failures = 0
         while True:
             try:
                 if version is None:
@@ -94,7 +98,7 @@ class Informer(Generic[T]):
                     self.kind, version, server_timeout=self.server_timeout
                 ):
                     version = self._on_watch_event(event_type, obj) or version
-                    backoff = _BACKOFF_MIN
+                    backoff, failures = _BACKOFF_MIN, 0
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # every failure is retried: the cache must live on
@@ -103,6 +107,7 @@ class Informer(Generic[T]):
                     log.info("watch expired, listing again", kind=self.kind.plural, version=version)
                     version = None
                     continue
+                failures += 1
                 log.warning(
                     "list or watch failed, retrying",
                     kind=self.kind.plural,
@@ -111,6 +116,12 @@ class Informer(Generic[T]):
                 )
                 await asyncio.sleep(backoff)
                 backoff = min(_BACKOFF_MAX, backoff * 2)
+                if failures >= _RELIST_AFTER_FAILURES and version is not None:
+                    # A watch that keeps failing from the same version may never recover
+                    # from it (the server cannot rebuild an event etcd compacted away):
+                    # start over from a fresh list.
+                    self.relists += 1
+                    version, failures = None, 0
 
     async def relist(self) -> str:
         """List everything and reconcile the store with it; returns the list's version."""

@@ -31,6 +31,7 @@ from spotwright.adapters.kube.nodeclaims import quantities
 from spotwright.adapters.sim_market import SimulatedMarket
 from spotwright.catalog import InstanceType
 from spotwright.model import labels as wk
+from spotwright.model.nodes import node_for_instance
 from spotwright.model.objects import Node, NodeClaim
 from spotwright.observability.logs import get_logger
 from spotwright.ports.clock import Clock
@@ -54,26 +55,24 @@ def fake_node(
     *,
     region: str,
 ) -> dict[str, Any]:
-    """The Node a booted simulated instance registers as."""
-    name = instance.private_dns or instance.id
-    labels = dict(claim.labels) if claim is not None else {}
-    labels.update(itype.labels)
-    labels.update(
-        {
-            wk.ZONE: instance.zone,
-            wk.REGION: region,
-            wk.CAPACITY_TYPE: instance.capacity_type,
-            wk.HOSTNAME: name,
-            wk.OS: "linux",
-            SIMULATED_LABEL: "true",
-            "type": "kwok",
-        }
+    """The Node a booted simulated instance registers as (``model.nodes`` decides its
+    labels and taints, as for every world), marked for kwok and as simulated."""
+    node = node_for_instance(
+        name=instance.private_dns or instance.id,
+        provider_id=instance.provider_id,
+        claim=claim,
+        instance_type=itype,
+        zone=instance.zone,
+        region=region,
+        capacity_type=instance.capacity_type,
+        now=instance.launched_at,
     )
-    allocatable = quantities(itype.allocatable)
+    labels = {**node.labels, wk.OS: "linux", SIMULATED_LABEL: "true", "type": "kwok"}
+    allocatable = quantities(node.allocatable)
     key, value = KWOK_ANNOTATION
     return {
         "metadata": {
-            "name": name,
+            "name": node.name,
             "labels": labels,
             "annotations": {
                 key: value,
@@ -82,8 +81,8 @@ def fake_node(
             },
         },
         "spec": {
-            "providerID": instance.provider_id,
-            "taints": [taint_to_api(t) for t in (claim.taints if claim is not None else ())],
+            "providerID": node.provider_id,
+            "taints": [taint_to_api(t) for t in node.taints],
         },
         "status": {"capacity": allocatable, "allocatable": allocatable},
     }
@@ -91,6 +90,12 @@ def fake_node(
 
 def _instance_id(provider_id: str) -> str:
     return provider_id.rsplit("/", 1)[-1] if provider_id else ""
+
+
+def _zone(provider_id: str) -> str:
+    """``aws:///us-east-1a/i-0123`` -> ``us-east-1a``."""
+    parts = provider_id.split("/")
+    return parts[-2] if len(parts) >= 2 else ""
 
 
 class KwokCloud:
@@ -178,7 +183,8 @@ class KwokCloud:
                 Instance(
                     id=instance_id,
                     instance_type=node.labels.get(wk.INSTANCE_TYPE, ""),
-                    zone=node.labels.get(wk.ZONE, ""),
+                    # The providerID's zone, so the instance's providerID is the node's.
+                    zone=_zone(node.provider_id) or node.labels.get(wk.ZONE, ""),
                     capacity_type=node.labels.get(wk.CAPACITY_TYPE, ""),
                     price=float(node.annotations.get(_PRICE_ANNOTATION) or 0.0),
                     launched_at=parse_time(node.annotations.get(_LAUNCHED_ANNOTATION))

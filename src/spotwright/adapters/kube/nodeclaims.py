@@ -16,6 +16,7 @@ process, a restart or a leader change is therefore picked up where it was left.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import string
 from collections.abc import Mapping
@@ -282,26 +283,42 @@ class NodeClaimStorage:
         raise ClusterError(f"could not find a free name for a nodeclaim of {claim.nodepool}")
 
     async def update(self, claim: NodeClaim) -> None:
+        """Patch the changed status fields; delete the object if the claim is now deleting.
+
+        The two requests are independent, so they go out together: an interruption's
+        drain starts one round trip sooner.
+        """
         stored = self.informer.items.get(claim.name)
         if stored is None:
             raise NotFound(f"nodeclaim {claim.name} not found")
         patch = _diff(self._base(claim, stored), status_to_api(claim))
-        if patch:
-            try:
-                response = await self.api.patch(
-                    NODECLAIMS, claim.name, {"status": patch}, subresource="status"
-                )
-            except Exception as exc:
-                raise _error(exc, claim.name) from exc
-            self.informer.apply(response)
-        if claim.deleting_since is not None and not stored.deleting:
-            await self._delete(claim.name)
+        deleting = claim.deleting_since is not None and not stored.deleting
+        results = await asyncio.gather(
+            self._patch_status(claim.name, patch),
+            self._delete(claim.name) if deleting else _nothing(),
+            return_exceptions=True,
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        if deleting:
             current = self.informer.items.get(claim.name)
             if current is not None and not current.deleting:
                 # Deleted, but the watch has not said so yet: show it now, as memory does.
                 current.claim.deleting_since = claim.deleting_since
                 current.deleting = True
                 self.informer.touch(claim.name)
+
+    async def _patch_status(self, name: str, patch: dict[str, Any]) -> None:
+        if not patch:
+            return
+        try:
+            response = await self.api.patch(
+                NODECLAIMS, name, {"status": patch}, subresource="status"
+            )
+        except Exception as exc:
+            raise _error(exc, name) from exc
+        self.informer.apply(response)
 
     async def _delete(self, name: str) -> None:
         try:
@@ -343,6 +360,10 @@ class NodeClaimStorage:
         if all(f == FINALIZER for f in finalizers):
             self.informer.forget(name)
             self.forget_history(name)
+
+
+async def _nothing() -> None:
+    return None
 
 
 def _error(exc: Exception, name: str) -> ClusterError:
