@@ -372,7 +372,13 @@ async def _run_controllers(
         "nodeclaim.garbagecollection": GarbageCollector(ctx).run,
     }
     if queue is not None:
-        controllers["interruption"] = InterruptionHandler(ctx, queue).run
+        # Auto Scaling lifecycle hooks arriving on the queue are completed through this port.
+        from spotwright.adapters.aws.autoscaling import AwsAutoScaling
+
+        autoscaling = AwsAutoScaling(
+            region=options.region, endpoint_url=options.aws_endpoint_url, clock=clock
+        )
+        controllers["interruption"] = InterruptionHandler(ctx, queue, autoscaling).run
     log.info(
         "controllers started",
         cloud=options.cloud,

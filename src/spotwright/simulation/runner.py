@@ -15,6 +15,7 @@ from typing import Any
 
 from prometheus_client import Counter
 
+from spotwright.adapters.sim_autoscaling import SimAutoScaling
 from spotwright.adapters.virtual_loop import run_virtual
 from spotwright.catalog import Catalog
 from spotwright.controllers import (
@@ -98,7 +99,7 @@ async def _run(
         Provisioner(ctx).run(),
         NodeClaimLifecycle(ctx).run(),
         Terminator(ctx).run(),
-        InterruptionHandler(ctx, world.queue).run(),
+        InterruptionHandler(ctx, world.queue, SimAutoScaling(clock)).run(),
         GarbageCollector(ctx).run(),
         world.market.run(),
     ]
