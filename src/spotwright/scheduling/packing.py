@@ -124,6 +124,8 @@ class _Scheduler:
         ]
         self.claims: list[ClaimState] = []
         self.open: list[ClaimState] = []
+        #: Open claims that may still grow under their price cap (a superset; pruned lazily).
+        self.growable: list[ClaimState] = []
         #: The claim the last constrained pod went to: the next one starts looking there.
         self.cursor: ClaimState | None = None
         self.retired = 0
@@ -353,8 +355,10 @@ class _Scheduler:
         # reason that cannot change for its identical successors (capacity, taints,
         # requirements, hostname anti-affinity or spread) is dropped from the list, so
         # each group walks past a full or forbidden claim once, not once per pod.
-        growable = [c for c in self.open if not c.retired and c.cap_price > c.cands.prices[c.idx]]
-        ring = _Ring(growable, self.cursor)
+        self.growable = [
+            c for c in self.growable if not c.retired and c.cap_price > c.cands.prices[c.idx]
+        ]
+        ring = _Ring(list(self.growable), self.cursor)
         for pod in pods:
             pt = PodTopology(self.topology, constraints, prof.inverse, v.reqs)
             if pt.impossible:
@@ -675,6 +679,8 @@ class _Scheduler:
                 continue
             self.claims.append(claim)
             self.open.append(claim)
+            if claim.cap_price > claim.cands.prices[claim.idx]:
+                self.growable.append(claim)
             if pool.nodes_left is not None:
                 pool.nodes_left -= 1
             return claim, k

@@ -29,11 +29,12 @@ def _cell(cpu: int, mem: int) -> tuple[int, int]:
 class FreeRoom:
     """Claims with room for at least ``need`` on their current (cheapest fitting) type."""
 
-    __slots__ = ("cells", "need")
+    __slots__ = ("_order", "cells", "need")
 
     def __init__(self, need: Vec) -> None:
         self.need = need
         self.cells: dict[tuple[int, int], dict[int, ClaimState]] = {}
+        self._order: list[tuple[int, int]] | None = None  # cells, tightest first
 
     def update(self, claim: ClaimState) -> None:
         """Re-file ``claim`` after its pods or type changed (or drop it when full)."""
@@ -46,7 +47,11 @@ class FreeRoom:
         if cell == claim.cell:
             return
         self.remove(claim)
-        self.cells.setdefault(cell, {})[id(claim)] = claim
+        members = self.cells.get(cell)
+        if members is None:
+            members = self.cells[cell] = {}
+            self._order = None
+        members[id(claim)] = claim
         claim.cell = cell
 
     def remove(self, claim: ClaimState) -> None:
@@ -57,13 +62,15 @@ class FreeRoom:
             members.pop(id(claim), None)
             if not members:
                 del self.cells[claim.cell]
+                self._order = None
         claim.cell = None
 
     def fitting(self, req: Vec) -> Iterator[ClaimState]:
         """Claims whose current type still holds ``req``, tightest cells first."""
         qc, qm = _cell(req[0], req[1])
-        cells = sorted(k for k in self.cells if k[0] >= qc and k[1] >= qm)
-        cells.sort(key=lambda k: k[0] + k[1])
+        if self._order is None:
+            self._order = sorted(self.cells, key=lambda k: (k[0] + k[1], k))
+        cells = [k for k in self._order if k[0] >= qc and k[1] >= qm]
         for cell in cells:
             members = self.cells.get(cell)
             if not members:
