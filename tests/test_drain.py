@@ -4,9 +4,10 @@ The drain is where a spot interruption turns into either a clean move of the wor
 lost pods, so these tests follow what a user would check in ``kubectl``: the node is tainted
 and cordoned first, ordinary pods go before system-critical ones, daemon pods and pods that
 tolerate the disruption taint stay, PodDisruptionBudgets are honoured (refusals retried until
-a replacement is ready), nothing outlives an interruption deadline, and at the end the
-instance is terminated and the claim is gone. The real provisioner, lifecycle and
-termination controllers run, in virtual time.
+a replacement is ready), ``karpenter.sh/do-not-disrupt`` holds eviction back but not past an
+interruption deadline, nothing outlives that deadline, and at the end the instance is
+terminated and the claim is gone, even when a step failed once. The real provisioner,
+lifecycle and termination controllers run, in virtual time.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from spotwright.controllers.termination import parse_go_duration
 from spotwright.model import labels as wk
 from spotwright.model.objects import NodeClaim, Toleration
+from spotwright.ports.cluster import ClusterError
 
 if TYPE_CHECKING:
     from conftest import Simulator, World
@@ -168,5 +171,135 @@ def test_at_the_deadline_the_pods_left_are_deleted_and_counted_lost(
         assert w.instance(claim).state == "terminated"
         assert w.counter("spotwright_pods_evicted_total", reason="deadline") == 2
         assert (w.ledger.evicted, w.ledger.lost) == (0, 2)
+
+    sim.run(body)
+
+
+DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+
+
+def test_a_do_not_disrupt_pod_is_never_evicted_by_a_drain_without_deadline(
+    sim: Simulator,
+) -> None:
+    async def body(w: World) -> None:
+        w.add_nodepool()
+        await w.start_controllers()
+        w.deploy("web", 2, grace_seconds=5)
+        w.deploy("batch", 1, grace_seconds=5, annotations={DO_NOT_DISRUPT: "true"})
+        claim = await one_ready_node(w, "web", "batch")
+        [batch] = w.pods_of("batch")
+        await delete_claim(w, claim)  # a user's delete or a rebalance: no deadline
+        await w.advance(3600)
+        assert len(eviction_times(w, "web")) == 2
+        assert not batch.terminating and batch.node_name == claim.node_name
+        assert w.cluster.node_claim(claim.name) is not None  # the drain waits for it
+        [told] = w.events("DisruptionBlocked", batch.key)  # said once, not every pass
+        assert "do-not-disrupt" in told.message and not told.warning
+
+    sim.run(body)
+
+
+def test_at_an_interruption_deadline_a_do_not_disrupt_pod_is_deleted_like_the_rest(
+    sim: Simulator,
+) -> None:
+    async def body(w: World) -> None:
+        w.add_nodepool()
+        await w.start_controllers()
+        w.deploy("batch", 1, grace_seconds=10, annotations={DO_NOT_DISRUPT: "true"})
+        claim = await one_ready_node(w, "batch")
+        node_name = claim.node_name
+        [batch] = w.pods_of("batch")
+        await delete_claim(w, claim, deadline_in=120)
+        await w.advance(100)
+        assert not batch.terminating  # not evicted while there was time
+        await w.until(lambda: w.cluster.node(node_name) is None, within=60, what="node gone")
+        assert batch.terminating and not batch.evicted
+        assert w.counter("spotwright_pods_evicted_total", reason="deadline") == 1
+        assert w.counter("spotwright_pods_evicted_total", reason="drain") == 0
+
+    sim.run(body)
+
+
+def test_a_do_not_disrupt_duration_protects_a_pod_until_that_long_after_its_start(
+    sim: Simulator,
+) -> None:
+    async def body(w: World) -> None:
+        w.add_nodepool()
+        await w.start_controllers()
+        w.deploy("young", 1, grace_seconds=0, annotations={DO_NOT_DISRUPT: "30m"})
+        w.deploy("old", 1, grace_seconds=0, annotations={DO_NOT_DISRUPT: "1m30s"})
+        claim = await one_ready_node(w, "young", "old")
+        [young], [old] = w.pods_of("young"), w.pods_of("old")
+        await w.advance(120)  # "old" is past its 90 s, "young" has 28 minutes to go
+        await delete_claim(w, claim)
+        await w.advance(60)
+        assert old.evicted and not young.terminating
+        await w.until(lambda: young.evicted, within=1800, what="young evicted")
+        assert w.rel(young.deleting_since) == pytest.approx(w.rel(young.created_at) + 1800, abs=1)
+
+    sim.run(body)
+
+
+def test_an_invalid_do_not_disrupt_value_is_ignored_with_a_warning_event(sim: Simulator) -> None:
+    async def body(w: World) -> None:
+        w.add_nodepool()
+        await w.start_controllers()
+        w.deploy("web", 1, grace_seconds=0, annotations={DO_NOT_DISRUPT: "a while"})
+        claim = await one_ready_node(w, "web")
+        [pod] = w.pods_of("web")
+        await delete_claim(w, claim)
+        await w.until(lambda: w.cluster.node_claim(claim.name) is None, within=60, what="gone")
+        assert pod.evicted
+        [warning] = w.events("InvalidDoNotDisrupt", pod.key)
+        assert warning.warning and "'a while'" in warning.message
+
+    sim.run(body)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("30m", 1800.0),
+        ("1h30m", 5400.0),
+        ("1.5h", 5400.0),
+        ("300ms", 0.3),
+        ("2h45m10s", 9910.0),
+        ("1m1m", 120.0),  # Go sums repeated units
+        ("0", 0.0),
+        ("-5s", -5.0),
+        ("10\u00b5s", 1e-5),
+    ],
+)
+def test_go_durations_parse_as_go_parses_them(text: str, seconds: float) -> None:
+    assert parse_go_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "30", "true", "5 m", "1d", "m", "1h-30m", "+"])
+def test_strings_go_refuses_are_not_durations(text: str) -> None:
+    with pytest.raises(ValueError, match="not a duration"):
+        parse_go_duration(text)
+
+
+def test_a_failed_termination_is_logged_counted_and_started_again(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def body(w: World) -> None:
+        w.add_nodepool()
+        await w.start_controllers()
+        w.deploy("web", 1, grace_seconds=0)
+        claim = await one_ready_node(w, "web")
+        original = w.cluster.remove_node_claim
+        failures = [ClusterError("the API server answered 500")] * 2
+
+        async def flaky(name: str) -> None:
+            if failures:
+                raise failures.pop()
+            await original(name)
+
+        monkeypatch.setattr(w.cluster, "remove_node_claim", flaky)
+        await delete_claim(w, claim)
+        await w.until(lambda: w.cluster.node_claim(claim.name) is None, within=60, what="gone")
+        assert w.counter("spotwright_termination_errors_total", reason="ClusterError") == 2
+        assert sum("terminating nodeclaim failed, retrying" in line for line in w.log) == 2
 
     sim.run(body)

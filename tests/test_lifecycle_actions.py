@@ -136,7 +136,9 @@ def test_a_terminate_hook_drains_with_heartbeats_then_continues_and_deletes_afte
         assert len(beats) >= 4
         assert beats == pytest.approx([60.0 * (i + 1) for i in range(len(beats))], abs=0.01)
         assert took - 60 <= beats[-1] <= took
-        # The message went only once the action was completed, and only once.
+        # The message went only once the action was completed, and only once: kept in
+        # flight through a drain ten times the queue's 30 s visibility timeout, it never
+        # came back as a copy.
         assert queue.completions_at_delete == [1]
         assert (queue.deleted, len(queue), queue.released) == (1, 0, [])
         assert (

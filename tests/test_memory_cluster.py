@@ -9,6 +9,7 @@ is checked here on its own, in simulated time.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
@@ -388,3 +389,25 @@ def test_watch_delivers_the_changes_of_the_kinds_asked_for(sim: Simulator) -> No
     ]
     second_types = [e.type for e in pods if e.name == second]
     assert (second_types[0], second_types[-1]) == ("ADDED", "DELETED")  # with its node
+
+
+def test_a_closed_or_cancelled_watch_stops_collecting_events(sim: Simulator) -> None:
+    """A controller that stops iterating must not leave a queue behind that grows with
+    every later change (adapters._watch, shared by the live cluster)."""
+
+    async def body(w: World) -> tuple[int, int, int]:
+        kept = w.cluster.watch("node")
+        closed = w.cluster.watch("node")
+        cancelled = w.cluster.watch("node")
+        closed.close()  # type: ignore[attr-defined]
+        closed.close()  # type: ignore[attr-defined]  # twice is harmless
+        waiting = asyncio.create_task(anext(cancelled))
+        await asyncio.sleep(0)
+        waiting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+        for name in ("a", "b", "c"):
+            w.add_node(name)
+        return len(await collect(kept)), len(await collect(closed)), len(await collect(cancelled))
+
+    assert sim.run(body) == (3, 0, 0)

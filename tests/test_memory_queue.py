@@ -45,3 +45,37 @@ def test_a_message_nobody_owns_ends_in_dead_letters_after_max_receives() -> None
         return len(queue.dead_letters)
 
     assert run_virtual(main()) == 1
+
+
+def test_a_message_not_deleted_within_its_visibility_comes_back_with_a_new_receipt() -> None:
+    async def main() -> None:
+        queue = MemoryQueue(visibility_timeout=30)
+        queue.put("notice")
+        [first] = await queue.receive(wait_seconds=1)
+        assert await queue.receive(wait_seconds=29) == []  # still in flight
+        [again] = await queue.receive(wait_seconds=5)
+        assert (again.id, again.body) == (first.id, first.body)
+        assert again.receipt != first.receipt
+        await queue.delete(first)  # a stale receipt deletes nothing, as in SQS
+        assert (queue.deleted, queue.in_flight) == (0, 1)
+        await queue.delete(again)
+        assert (queue.deleted, len(queue)) == (1, 0)
+
+    run_virtual(main())
+
+
+def test_extending_keeps_a_message_in_flight_and_reports_stale_receipts() -> None:
+    async def main() -> None:
+        queue = MemoryQueue(visibility_timeout=30)
+        queue.put("held")
+        queue.put("deleted")
+        held, deleted = await queue.receive(wait_seconds=1)
+        await queue.delete(deleted)
+        for _ in range(5):  # 100 s in all, well past the 30 s timeout
+            await asyncio.sleep(20)
+            assert await queue.extend([held, deleted], 30) == [deleted]
+        assert queue.in_flight == 1 and await queue.receive(wait_seconds=25) == []
+        [back] = await queue.receive(wait_seconds=10)  # not extended any more: it returns
+        assert back.id == held.id
+
+    run_virtual(main())

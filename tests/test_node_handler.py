@@ -10,6 +10,7 @@ launched, eviction times, pods lost, Kubernetes Events and metrics.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -182,6 +183,34 @@ def test_replace_then_drain_evicts_only_once_the_replacement_is_ready(sim: Simul
         await w.until(lambda: w.all_ready("web"), within=30, what="web ready elsewhere")
         assert (w.ledger.evicted, w.ledger.lost) == (3, 0)
         assert w.events("ReplacementReady", node.name) and steps(w, "wait-for-replacement") == 1
+
+    sim.run(body)
+
+
+def test_the_wider_view_is_open_for_the_replacement_wait_only(sim: Simulator) -> None:
+    """A live handler sees the cluster's Nodes and NodeClaims only inside its capacity
+    view: it must be open while the wait reads them, and closed before the drain."""
+    opened: list[str] = []
+
+    @contextlib.asynccontextmanager
+    async def capacity_view() -> AsyncIterator[None]:
+        opened.append("open")
+        try:
+            yield
+        finally:
+            opened.append("closed")
+
+    async def body(w: World) -> None:
+        node = await node_running(w, "web", 2)
+        handler = NodeHandler(w.ctx, node.name, capacity_view=capacity_view)
+        task = asyncio.create_task(handler.handle(rebalance(w, node.name)))
+        await w.until(lambda: opened == ["open"], within=5, what="the wait to open the view")
+        assert w.ledger.evicted == 0
+        await w.until(task.done, within=180, what="drain finished")
+        assert opened == ["open", "closed"]
+        [ready] = w.events("ReplacementReady", node.name)
+        assert all(e.time >= ready.time for e in w.events("Evicted"))
+        assert w.ledger.evicted == 2
 
     sim.run(body)
 
@@ -453,8 +482,6 @@ def test_the_daemonset_runs_the_command_on_its_node_with_only_the_calls_it_makes
         ("", "pods", "watch"),
         ("", "pods", "delete"),
         ("", "pods/eviction", "create"),
-        ("policy", "poddisruptionbudgets", "list"),
-        ("policy", "poddisruptionbudgets", "watch"),
         ("", "nodes", "list"),
         ("", "nodes", "watch"),
         ("", "nodes", "get"),
@@ -463,8 +490,8 @@ def test_the_daemonset_runs_the_command_on_its_node_with_only_the_calls_it_makes
         ("spotwright.io", "nodeclaims", "watch"),
         ("events.k8s.io", "events", "create"),
     }
-    # The controller's role is checked call by call (tests/test_rbac.py); the handler makes
-    # a subset of the same adapter's calls.
+    # Both roles are also checked call by call (tests/test_rbac.py for the controller's,
+    # tests/test_kube_handler_scope.py for this one); the handler's is a subset.
     [controller] = [
         d
         for d in yaml.safe_load_all((DEPLOY / "rbac.yaml").read_text())

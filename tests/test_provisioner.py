@@ -15,7 +15,8 @@ import pytest
 
 from spotwright.controllers import NodeClaimLifecycle, Provisioner
 from spotwright.model import labels as wk
-from spotwright.model.objects import NodeClaim, Taint
+from spotwright.model.nodepool import NodePool
+from spotwright.model.objects import Node, NodeClaim, Taint, Toleration
 
 if TYPE_CHECKING:
     from conftest import Simulator, World
@@ -303,3 +304,129 @@ def test_a_claim_is_stamped_launched_registered_then_initialized(sim: Simulator)
         assert w.events("Launched", claim.name)
 
     sim.run(body, boot_seconds=30, node_ready_after=20)
+
+
+# -- what new nodes carry and hold --------------------------------------------------------
+
+
+def test_a_pod_selecting_eks_or_eksctl_capacity_labels_runs_on_a_spotwright_node(
+    sim: Simulator,
+) -> None:
+    """Manifests written for EKS managed node groups or eksctl keep scheduling: the node
+    carries their labels, so kube-scheduler's literal label match holds as well."""
+
+    async def body(w: World) -> None:
+        w.add_nodepool()
+        await provisioning(w)
+        w.deploy("eks", 1, node_selector={"eks.amazonaws.com/capacityType": "SPOT"})
+        w.deploy("eksctl", 1, node_selector={"lifecycle": "Ec2Spot"})
+        await w.until(lambda: w.all_ready("eks", "eksctl"), within=120, what="pods ready")
+        for app in ("eks", "eksctl"):
+            [pod] = w.pods_of(app)
+            node = w.cluster.node(pod.node_name or "")
+            assert node is not None and node.labels[wk.CAPACITY_TYPE] == wk.SPOT
+            assert pod.node_selector.items() <= node.labels.items()
+
+    sim.run(body)
+
+
+def test_on_demand_nodes_say_so_in_every_vocabulary(sim: Simulator) -> None:
+    async def body(w: World) -> None:
+        w.add_nodepool(capacity_types=[wk.ON_DEMAND])
+        await provisioning(w)
+        w.deploy("web", 1)
+        await w.until(lambda: w.all_ready("web"), within=120, what="web ready")
+        [pod] = w.pods_of("web")
+        node = w.cluster.node(pod.node_name or "")
+        assert node is not None
+        assert node.labels["eks.amazonaws.com/capacityType"] == "ON_DEMAND"
+        assert node.labels["lifecycle"] == "OnDemand"
+
+    sim.run(body)
+
+
+def test_daemonset_pods_are_reserved_room_on_new_nodes(sim: Simulator) -> None:
+    async def body(w: World) -> None:
+        w.add_nodepool()
+        w.add_node("existing", cpu="2", memory="4Gi")
+        # One DaemonSet pod per node, as on the existing node: 1 cpu on every new node too.
+        w.deploy("agent", 1, cpu="1", memory="256Mi", daemon=True)
+        await provisioning(w)
+        await w.advance(5)
+        assert w.pods_of("agent")[0].node_name == "existing"
+        w.deploy("web", 1, cpu="1500m", memory="1Gi")
+        await w.until(lambda: bool(w.claims()), within=30, what="a claim")
+        [claim] = w.claims()
+        # 1.5 cpu alone fits a 2-vCPU type (1.9 cpu allocatable); with the agent it does not.
+        for name in claim.instance_types:
+            assert w.ctx.instance_types[name].allocatable.cpu >= 2500
+        assert claim.requests.cpu == 1500
+
+    sim.run(body)
+
+
+def test_a_pod_that_fits_nowhere_does_not_hold_up_the_rest_of_its_batch(
+    sim: Simulator,
+) -> None:
+    async def body(w: World) -> None:
+        w.add_nodepool()
+        await provisioning(w)
+        w.deploy("huge", 1, cpu="100")
+        w.deploy("web", 3)
+        await w.until(lambda: w.all_ready("web"), within=120, what="web ready")
+        [pod] = w.pods_of("huge")
+        reasons = {e.message for e in w.events("FailedScheduling", pod.key)}
+        assert len(reasons) == 1  # the same one reason every round
+        assert w.counter("spotwright_pods_unschedulable") == 1
+        logged = [line for line in w.log if "could not schedule pod" in line]
+        assert logged and pod.key in logged[0] and "100 cpu" in logged[0]
+        assert not any(pod.key in e.message for e in w.events("Nominated"))
+
+    sim.run(body)
+
+
+def test_a_node_from_a_bare_kubelet_gets_its_claims_labels_and_taints(sim: Simulator) -> None:
+    """A live kubelet bootstrapped from the user's own user data registers with no
+    NodePool labels or taints; registration adds them, so the pods placed on the claim
+    (by those labels) can bind and the pods kept off it (by those taints) stay off."""
+
+    async def body(w: World) -> None:
+        pool = NodePool.model_validate(
+            {
+                "metadata": {"name": "team-a"},
+                "spec": {
+                    "template": {
+                        "metadata": {"labels": {"team": "a"}},
+                        "spec": {"taints": [{"key": "team", "value": "a", "effect": "NoSchedule"}]},
+                    }
+                },
+            }
+        )
+        w.nodepools.append(pool)
+        register = w.cluster.register_node
+
+        def bare_kubelet(node: Node) -> None:
+            node.labels = {wk.HOSTNAME: node.name}
+            node.taints = []
+            register(node)
+
+        w.cluster.register_node = bare_kubelet  # type: ignore[method-assign]
+        await provisioning(w)
+        w.deploy(
+            "web",
+            2,
+            node_selector={"team": "a", "eks.amazonaws.com/capacityType": "SPOT"},
+            tolerations=(Toleration("team", "Equal", "a"),),
+        )
+        await w.until(lambda: w.all_ready("web"), within=120, what="web ready")
+        [claim] = w.claims()
+        node = w.cluster.node(claim.node_name)
+        assert node is not None
+        assert node.labels["team"] == "a" and node.labels[wk.NODEPOOL] == "team-a"
+        assert node.labels[wk.CAPACITY_TYPE] == wk.SPOT
+        assert node.labels["lifecycle"] == "Ec2Spot"
+        assert node.labels[wk.INSTANCE_TYPE] == claim.instance_type
+        assert node.labels[wk.HOSTNAME] == node.name
+        assert Taint("team", "NoSchedule", "a") in node.taints
+
+    sim.run(body, node_ready_after=5)

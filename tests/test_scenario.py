@@ -74,6 +74,7 @@ def test_the_bundled_examples_are_the_expected_set() -> None:
     assert example_names() == [
         "day-100-nodes.yaml",
         "default.yaml",
+        "mixed-node-group.yaml",
         "on-demand-shortage.yaml",
         "spot-interruption.yaml",
         "spot-quota.yaml",
@@ -93,7 +94,7 @@ def test_every_example_loads_and_starts_with_a_comment(name: str, catalog: Catal
     path = examples_dir() / name
     assert path.read_text().startswith(f"# {name} - ")
     loaded = load_scenario(path, catalog)
-    assert loaded.nodepools and loaded.deployments()
+    assert (loaded.nodepools or loaded.nodegroups) and loaded.deployments()
     assert loaded.events == sorted(loaded.events, key=lambda e: e.at)
     assert all(e.at <= loaded.duration for e in loaded.events)
 

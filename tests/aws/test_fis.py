@@ -44,8 +44,6 @@ from spotwright.adapters.aws.fis import (
     FisClients,
     FisInputError,
     duration_before_interruption,
-    interrupter_policy_json,
-    main,
 )
 from spotwright.interrupter import InterruptError, InterruptPlan, Sent, interrupt_fis
 
@@ -643,11 +641,11 @@ def test_the_command_refuses_what_fis_cannot_do(
 
 def test_checked_in_interrupter_policy_matches_the_generator(tmp_path: Path) -> None:
     shipped = (ROOT / "deploy" / "iam-policy-interrupter.json").read_text(encoding="utf-8")
-    assert shipped == interrupter_policy_json(), (
-        "deploy/iam-policy-interrupter.json is stale: run "
-        "python -m spotwright.adapters.aws.fis --out deploy/iam-policy-interrupter.json"
+    assert shipped == iam_policy.interrupter_policy_json(), (
+        "deploy/iam-policy-interrupter.json is stale: run python -m "
+        "spotwright.adapters.aws.iam_policy --interrupter --out deploy/iam-policy-interrupter.json"
     )
-    assert main(["--out", str(tmp_path / "p.json")]) == 0
+    assert iam_policy.main(["--interrupter", "--out", str(tmp_path / "p.json")]) == 0
     assert (tmp_path / "p.json").read_text(encoding="utf-8") == shipped
 
 
@@ -682,7 +680,7 @@ def test_the_interrupter_calls_exactly_its_declared_operations_and_stays_apart()
 
 
 def test_the_interrupter_policy_is_least_privilege() -> None:
-    statements = json.loads(interrupter_policy_json())["Statement"]
+    statements = json.loads(iam_policy.interrupter_policy_json())["Statement"]
     assert len({s["Sid"] for s in statements}) == len(statements)
     for statement in statements:
         assert statement["Effect"] == "Allow"

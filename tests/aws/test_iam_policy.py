@@ -96,3 +96,16 @@ def test_render_fills_every_placeholder() -> None:
         cluster_name="prod", account_id="1", region="eu-west-1"
     )
     assert "sqs:" not in without_queue and "iam:PassRole" not in without_queue
+
+
+def test_the_interrupter_policy_cannot_be_filled_in_for_a_cluster(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--cluster fills the controller's placeholders; silently ignoring it with
+    --interrupter would print a policy the user believes is filled in."""
+    with pytest.raises(SystemExit) as exit_info:
+        iam_policy.main(
+            ["--interrupter", "--cluster", "prod", "--account-id", "1", "--region", "eu-west-1"]
+        )
+    assert exit_info.value.code == 2
+    assert "--cluster fills in the controller's policy only" in capsys.readouterr().err

@@ -97,3 +97,31 @@ def test_the_region_comes_from_the_queue_url_or_must_be_given(aws_env: None) -> 
         SqsQueue("http://127.0.0.1:5000/123456789012/q")
     with pytest.raises(ValueError, match="release_delay"):
         SqsQueue("https://sqs.eu-west-1.amazonaws.com/1/q", release_delay=-1)
+
+
+def test_extend_keeps_messages_in_flight_past_the_queue_visibility_timeout(
+    client: Callable[..., Any], queue_url: str
+) -> None:
+    sqs = client("sqs")
+    for n in range(12):  # more than one batch call's worth
+        sqs.send_message(QueueUrl=queue_url, MessageBody=f'{{"n": {n}}}')
+    calls = Injector(sqs).watch("ChangeMessageVisibilityBatch")
+
+    async def main() -> None:
+        queue = SqsQueue(queue_url, client=sqs)
+        held: list[Any] = []
+        while len(held) < 12:
+            held += await queue.receive(max_messages=10, wait_seconds=1)
+        gone = held.pop()
+        await queue.delete(gone)
+        assert await queue.extend([*held, gone], 6) == [gone]
+        assert [len(c["Entries"]) for c in calls.params["ChangeMessageVisibilityBatch"]] == [
+            10,
+            2,
+        ]
+        time.sleep(3)  # past the queue's 2 s: still invisible, thanks to the extension
+        assert await queue.receive(max_messages=10, wait_seconds=0) == []
+        for message in held:
+            await queue.delete(message)
+
+    run(main())

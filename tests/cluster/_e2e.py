@@ -9,6 +9,7 @@ messages go through a moto server's SQS, the same HTTP API the controller would 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -24,9 +25,11 @@ from typing import Any, TypeVar
 import boto3  # type: ignore[import-untyped]
 import pytest
 import yaml
-from lightkube import AsyncClient, KubeConfig
+from lightkube import ApiError, AsyncClient, KubeConfig
 from lightkube.generic_resource import create_global_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
+from lightkube.resources.core_v1 import Node
+from lightkube.types import PatchType
 
 from spotwright.testing.cluster import TestCluster
 
@@ -73,8 +76,44 @@ def _documents(*names: str) -> Iterator[dict[str, Any]]:
 
 
 def install(cluster: TestCluster) -> Path:
-    """Apply the CRDs and the RBAC manifests (idempotent); the controller's kubeconfig."""
-    for doc in _documents("crds/*.yaml", "rbac.yaml", "rbac-sim.yaml"):
+    """Apply the CRDs and the RBAC manifests (idempotent); the controller's kubeconfig.
+
+    Its ServiceAccount holds the ClusterRoles of ``rbac.yaml`` and ``rbac-sim.yaml``: what
+    ``--cloud sim`` needs. For ``--cloud aws`` see :func:`service_account_with_roles`.
+    """
+    apply_manifests(cluster, "crds/*.yaml", "rbac.yaml", "rbac-sim.yaml")
+    return cluster.service_account_kubeconfig(NAMESPACE, SERVICE_ACCOUNT)
+
+
+def service_account_with_roles(cluster: TestCluster, name: str, roles: Sequence[str]) -> Path:
+    """A kubeconfig of ServiceAccount ``spotwright/<name>``, bound to ``roles`` only.
+
+    The ClusterRoles must exist (``install`` applies the shipped ones); the bindings are
+    named after the ServiceAccount and role, so calling this again changes nothing.
+    """
+    path = cluster.service_account_kubeconfig(NAMESPACE, name)
+    for role in roles:
+        binding = {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": f"{name}-{role}"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": role,
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": NAMESPACE}],
+        }
+        status, body = cluster.request("POST", _collection_path(binding), binding)
+        if status not in (201, 409):
+            raise RuntimeError(f"binding {name} to {role}: {body}")
+    return path
+
+
+def apply_manifests(cluster: TestCluster, *patterns: str) -> None:
+    """Create the objects of the deploy/ files matching ``patterns``; CRDs are replaced
+    when they exist (a schema may have changed) and waited for until Established."""
+    for doc in _documents(*patterns):
         path = _collection_path(doc)
         status, body = cluster.request("POST", path, doc)
         if status == 409 and doc["kind"] == "CustomResourceDefinition":
@@ -84,7 +123,9 @@ def install(cluster: TestCluster) -> Path:
             status, body = cluster.request("PUT", f"{path}/{name}", doc)
         if status not in (200, 201, 409):
             raise RuntimeError(f"applying {doc['kind']} {doc['metadata']['name']}: {body}")
-    for doc in _documents("crds/*.yaml"):
+    for doc in _documents(*patterns):
+        if doc["kind"] != "CustomResourceDefinition":
+            continue
         name = doc["metadata"]["name"]
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -95,7 +136,6 @@ def install(cluster: TestCluster) -> Path:
             time.sleep(0.2)
         else:
             raise RuntimeError(f"CRD {name} never became Established")
-    return cluster.service_account_kubeconfig(NAMESPACE, SERVICE_ACCOUNT)
 
 
 def _version_of(obj: dict[str, Any]) -> dict[str, str]:
@@ -122,6 +162,33 @@ async def crds_established(client: AsyncClient) -> bool:
         c.type == "Established" and c.status == "True"
         for c in (crd.status.conditions if crd.status else None) or []
     )
+
+
+async def remove_pool(cluster: TestCluster, pool_name: str) -> None:
+    """Delete a NodePool with its NodeClaims (finalizers dropped: no controller is left to
+    drop them) and its Nodes, so a test leaves nothing for the next one's controller."""
+    client = admin(cluster)
+    try:
+        with contextlib.suppress(ApiError):
+            await client.delete(NodePoolCR, pool_name)
+        async for claim in client.list(NodeClaimCR):
+            if claim["spec"].get("nodePool") != pool_name:
+                continue
+            name = claim["metadata"]["name"]
+            with contextlib.suppress(ApiError):
+                await client.patch(
+                    NodeClaimCR,
+                    name,
+                    {"metadata": {"finalizers": None}},
+                    patch_type=PatchType.MERGE,
+                )
+                await client.delete(NodeClaimCR, name)
+        async for node in client.list(Node, labels={"e2e": pool_name}):
+            if node.metadata is not None and node.metadata.name is not None:
+                with contextlib.suppress(ApiError):
+                    await client.delete(Node, node.metadata.name)
+    finally:
+        await client.close()
 
 
 # ---------------------------------------------------------------------------------------
@@ -189,20 +256,24 @@ def controller_args(
     endpoint: str | None = None,
     leader_elect: bool = True,
     boot_seconds: float = 2.0,
+    cloud: str = "sim",
+    cloud_options: Sequence[str] = (),
 ) -> list[str]:
+    """A controller's command line; ``boot_seconds`` is for ``--cloud sim`` only, and
+    ``cloud_options`` are the chosen cloud's own (``--cluster-name`` and so on)."""
     args = [
         "--kubeconfig",
         str(kubeconfig),
         "--cloud",
-        "sim",
+        cloud,
+        *cloud_options,
         "--leader-elect-namespace",
         NAMESPACE,
         "--leader-elect-name",
         lease,
         "--metrics-port",
         "0",
-        "--sim-boot-seconds",
-        str(boot_seconds),
+        *(["--sim-boot-seconds", str(boot_seconds)] if cloud == "sim" else []),
         "--log-format",
         "json",
         "--region",
@@ -228,15 +299,19 @@ class MotoSqs:
         self.server.start()
         host, port = self.server.get_host_and_port()
         self.endpoint = f"http://{host}:{port}"
-        self.sqs = boto3.client(
-            "sqs",
+        self.sqs = self.client("sqs")
+        name = f"interruptions-{uuid.uuid4().hex[:8]}"
+        self.url: str = self.sqs.create_queue(QueueName=name)["QueueUrl"]
+
+    def client(self, service: str) -> Any:
+        """A boto3 client of another service (EC2, SSM, ...) on the same moto server."""
+        return boto3.client(
+            service,
             region_name=REGION,
             endpoint_url=self.endpoint,
             aws_access_key_id="testing",
             aws_secret_access_key="testing",
         )
-        name = f"interruptions-{uuid.uuid4().hex[:8]}"
-        self.url: str = self.sqs.create_queue(QueueName=name)["QueueUrl"]
 
     def send_spot_interruption(self, instance_id: str) -> dict[str, Any]:
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -272,7 +347,7 @@ class MotoSqs:
 # Workloads
 
 
-def nodepool(name: str) -> dict[str, Any]:
+def nodepool(name: str, nodeclass: str = "default") -> dict[str, Any]:
     """The walk-through's pool (spot; c, m and r; amd64), tainted so only its pods land."""
     return {
         "apiVersion": "spotwright.io/v1alpha1",
@@ -292,7 +367,7 @@ def nodepool(name: str) -> dict[str, Any]:
                         {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]},
                     ],
                     "taints": [{"key": "e2e", "value": name, "effect": "NoSchedule"}],
-                    "nodeClassRef": {"name": "default"},
+                    "nodeClassRef": {"name": nodeclass},
                 },
             }
         },

@@ -11,6 +11,7 @@ import os
 import re
 import secrets
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -38,6 +39,16 @@ def test_cluster(request: pytest.FixtureRequest) -> Iterator[TestCluster]:
             yield cluster
         finally:
             cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def controller_kubeconfig(test_cluster: TestCluster) -> Path:
+    """spotwright installed once per session: the CRDs of deploy/crds and the RBAC of
+    deploy/rbac.yaml and rbac-sim.yaml applied; a kubeconfig of the controller's
+    ServiceAccount, which holds those ClusterRoles and nothing else."""
+    from _e2e import install
+
+    return install(test_cluster)
 
 
 @pytest.fixture

@@ -13,7 +13,8 @@ kube-scheduler binds pods to. Interruption notices arrive over SQS (a moto serve
 2. Leader failover: two controllers, the leader killed mid-provisioning; the standby takes
    the Lease within 15 s and finishes the job, and only one instance is ever launched.
 3. Restart mid-drain: the controller is killed while a budget holds a drain up; a new
-   process picks the drain up from the NodeClaim and completes it.
+   process picks the drain up from the NodeClaim and completes it, and the interruption
+   message, kept in flight all along, is deleted only once the drain is over.
 """
 
 from __future__ import annotations
@@ -213,7 +214,7 @@ class Census:
             if node.metadata is not None and node.metadata.name is not None:
                 self.nodes.add(node.metadata.name)
 
-    async def _follow(self, resource: Any, labels: dict[str, str] | None) -> AsyncIterator[Any]:
+    async def _follow(self, resource: Any, labels: dict[str, Any] | None) -> AsyncIterator[Any]:
         """Every object as it changes; a dropped watch starts again (with the current state)."""
         while True:
             try:
@@ -485,10 +486,13 @@ async def _restart(
             )
 
         await eventually("the drain to be under way, held up by the budget", draining)
-        # The message was deleted only once the drain was recorded in the NodeClaim.
-        await eventually("the interruption message to be acknowledged", lambda: _no_messages(sqs))
+        # The message stays in flight while the drain is under way.
+        assert await asyncio.to_thread(sqs.messages_left) == 1
         started[0].kill(signal.SIGKILL)
+        killed_at = time.monotonic()
         assert len(await running_on(client, namespace, old_name)) == 2  # nothing evicted yet
+        early: list[str] = []
+        watch = asyncio.create_task(_message_outlives_claim(client, sqs, claim_name, early))
 
         await client.patch(
             PodDisruptionBudget, "web", {"spec": {"minAvailable": 1}}, namespace=namespace
@@ -504,6 +508,7 @@ async def _restart(
 
         await eventually("the restarted controller to finish the drain", old_gone, timeout=120)
         await eventually("the NodeClaim to be removed", lambda: _absent(client, claim_name))
+        claim_gone = time.monotonic() - killed_at
 
         async def all_moved() -> bool:
             pods = await web_pods(client, namespace)
@@ -514,3 +519,28 @@ async def _restart(
         await eventually("both pods Running elsewhere", all_moved)
         assert started[1].logged("evicted pod"), started[1].tail()
         assert len(census.nodes) == 2
+        # Delivered again to the new process, which waited for the drain (or found it
+        # over), then deleted it: never before the NodeClaim was gone.
+        await eventually("the message to be deleted", lambda: _no_messages(sqs), timeout=120)
+        message_gone = time.monotonic() - killed_at
+        watch.cancel()
+        assert early == [], early
+        assert started[1].logged("deleted message, its action is over") or started[1].logged(
+            "node claim already gone, deleting the message"
+        ), started[1].tail()
+        print(f"after the kill: NodeClaim gone {claim_gone:.1f}s, message {message_gone:.1f}s")
+
+
+async def _message_outlives_claim(
+    client: AsyncClient, sqs: MotoSqs, claim_name: str, early: list[str]
+) -> None:
+    """Note any moment the message was gone while the NodeClaim was still there.
+
+    The queue is read before the claim: a claim removed in between shows as absent, so a
+    message deleted just after its claim never counts as early.
+    """
+    while True:
+        left = await asyncio.to_thread(sqs.messages_left)
+        if left == 0 and not await _absent(client, claim_name):
+            early.append(f"message deleted while NodeClaim {claim_name} existed")
+        await asyncio.sleep(0.2)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _e2e import NAMESPACE, NodeClaimCR, admin, eventually, install
+from _e2e import NAMESPACE, NodeClaimCR, admin, eventually
 from lightkube.types import PatchType
 
 from spotwright.adapters.kube.client import NODES, Api, connect
@@ -41,9 +41,10 @@ from spotwright.testing.cluster import TestCluster
 pytestmark = pytest.mark.cluster
 
 
-@pytest.fixture(scope="module")
-def installed(test_cluster: TestCluster) -> Path:
-    return install(test_cluster)
+@pytest.fixture
+def installed(controller_kubeconfig: Path) -> Path:
+    """spotwright's CRDs and RBAC: the session's one installation (conftest.py)."""
+    return controller_kubeconfig
 
 
 @contextlib.asynccontextmanager

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from spotwright.adapters._watch import WatchHub
 from spotwright.model.objects import (
     Deployment,
     Node,
@@ -71,7 +72,7 @@ class MemoryCluster:
         self._on_node: dict[str, dict[str, Pod]] = {}
         self._used: dict[str, Resources] = {}
         self._pending: dict[str, Pod] = {}
-        self._subs: list[tuple[frozenset[str], asyncio.Queue[WatchEvent]]] = []
+        self._subs = WatchHub()
         self._serial = 0
         self._pass_scheduled = False
         self._forced: set[str] = set()
@@ -156,7 +157,7 @@ class MemoryCluster:
 
     def watch(self, *kinds: Kind) -> AsyncIterator[WatchEvent]:
         """Subscribe now (not at first iteration), so no change after this call is missed."""
-        return _Subscription(self._subs, frozenset(kinds))
+        return self._subs.subscribe(kinds)
 
     # -- writes (the Cluster port) -------------------------------------------------------
     async def create_node_claim(self, claim: NodeClaim) -> None:
@@ -419,37 +420,8 @@ class MemoryCluster:
 
     # -- watch fan-out ----------------------------------------------------------------
     def _publish(self, kind: Kind, type_: str, name: str) -> None:
-        if not self._subs:
-            return
-        event = WatchEvent(kind, type_, name)  # type: ignore[arg-type]
-        for kinds, queue in self._subs:
-            if kind in kinds:
-                queue.put_nowait(event)
-
-
-class _Subscription:
-    def __init__(
-        self,
-        subs: list[tuple[frozenset[str], asyncio.Queue[WatchEvent]]],
-        kinds: frozenset[str],
-    ) -> None:
-        self._subs = subs
-        self._entry = (kinds, asyncio.Queue[WatchEvent]())
-        subs.append(self._entry)
-
-    def __aiter__(self) -> _Subscription:
-        return self
-
-    async def __anext__(self) -> WatchEvent:
-        try:
-            return await self._entry[1].get()
-        except asyncio.CancelledError:
-            self.close()
-            raise
-
-    def close(self) -> None:
-        if self._entry in self._subs:
-            self._subs.remove(self._entry)
+        if self._subs:
+            self._subs.publish(WatchEvent(kind, type_, name))  # type: ignore[arg-type]
 
 
 def _least_allocated(free: Resources, allocatable: Resources) -> float:

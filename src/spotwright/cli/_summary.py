@@ -55,4 +55,13 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
         f"{pods['recovery_p50_seconds']:.1f}s / {pods['recovery_p99_seconds']:.1f}s",
     )
     table.add_row("availability", f"{summary['availability_pct']:.3f}%")
+    for name, group in summary.get("node_groups", {}).items():
+        have, want, launched = group["nodes"], group["target"], group["launched"]
+        table.add_row(
+            f"node group {name}",
+            f"{have['on-demand']} on-demand + {have['spot']} spot at the end "
+            f"(target {want['on-demand']} + {want['spot']}); "
+            f"launched {launched['on-demand']} on-demand, {launched['spot']} spot; "
+            f"at target {group['at_target_pct']:.1f}% of the time",
+        )
     console.print(table)

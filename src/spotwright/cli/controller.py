@@ -43,7 +43,9 @@ from spotwright.controllers import (
     Settings,
     Terminator,
 )
+from spotwright.controllers.nodegroups import NodeGroupController
 from spotwright.model.errors import ScenarioError
+from spotwright.model.nodegroup import load_nodegroup_files
 from spotwright.observability.logs import configure_logging, get_logger
 from spotwright.observability.metrics import Metrics
 from spotwright.ports.clock import LoopClock
@@ -57,10 +59,19 @@ log = get_logger("controller")
 
 @dataclass(frozen=True)
 class Options:
+    """Every command-line option but the logging ones, by the option's parameter name.
+
+    The command hands click's values straight to this class, so a new option needs its
+    ``click.option`` and a field here, and nothing else.
+    """
+
     kubeconfig: Path | None
     cloud: str
     nodepool_files: tuple[Path, ...]
+    nodegroup_files: tuple[Path, ...]
     interruption_queue: str | None
+    interruption_workers: int
+    interruption_concurrency: int
     leader_elect: bool
     lease_namespace: str
     lease_name: str
@@ -72,30 +83,46 @@ class Options:
     aws_endpoint_url: str | None
     cluster_name: str | None
     kubernetes_version: str
+    ami_id: str | None
+    instance_types: tuple[str, ...]
     sim_boot_seconds: float
     sim_interruptions: str
+
+
+_FILE = click.Path(path_type=Path, dir_okay=False, exists=True)
+
+
+def _shown(*decls: str, **attrs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """An option whose default the help shows: most of them, so it is the one place said."""
+    return click.option(*decls, show_default=True, **attrs)
 
 
 @click.command("controller")
 @click.option(
     "--kubeconfig",
-    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    type=_FILE,
     default=None,
     help="Kubeconfig file (default: in-cluster service account, else $KUBECONFIG).",
 )
-@click.option(
+@_shown(
     "--cloud",
     type=click.Choice(["aws", "sim"]),
     default="aws",
-    show_default=True,
     help="EC2, or the simulated market with kwok fake Nodes.",
 )
 @click.option(
     "--nodepools",
     "nodepool_files",
     multiple=True,
-    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    type=_FILE,
     help="NodePool YAML file (repeatable); default: the cluster's NodePool objects.",
+)
+@click.option(
+    "--nodegroups",
+    "nodegroup_files",
+    multiple=True,
+    type=_FILE,
+    help="eksctl ClusterConfig whose nodeGroups to keep (repeatable); see docs/nodegroups.md.",
 )
 @click.option(
     "--interruption-queue",
@@ -103,10 +130,21 @@ class Options:
     metavar="URL",
     help="SQS queue URL to handle interruption events from.",
 )
-@click.option(
+@_shown(
+    "--interruption-workers",
+    type=click.IntRange(min=1),
+    default=Settings().interruption_workers,
+    help="Long polls of the interruption queue at once (10 messages each).",
+)
+@_shown(
+    "--interruption-concurrency",
+    type=click.IntRange(min=1),
+    default=Settings().interruption_concurrency,
+    help="Interruption messages acted on at once, each in its own task.",
+)
+@_shown(
     "--leader-elect/--no-leader-elect",
     default=True,
-    show_default=True,
     help="Run the controllers only while holding the leader Lease.",
 )
 @click.option(
@@ -116,101 +154,63 @@ class Options:
     show_default="$POD_NAMESPACE or spotwright",
     help="Namespace of the Lease.",
 )
-@click.option(
-    "--leader-elect-name",
-    "lease_name",
-    default="spotwright-controller",
-    show_default=True,
-    help="Name of the Lease.",
+@_shown(
+    "--leader-elect-name", "lease_name", default="spotwright-controller", help="Name of the Lease."
 )
 @click.option("--identity", default=None, help="Leader-election identity (default: host_random).")
-@click.option(
+@_shown(
     "--metrics-port",
     type=int,
     default=8080,
-    show_default=True,
     help="Prometheus /metrics port on all interfaces; 0 disables it.",
 )
-@click.option("--kube-qps", type=float, default=200.0, show_default=True)
-@click.option("--kube-burst", type=int, default=300, show_default=True)
-@click.option("--region", default="us-east-1", show_default=True)
+@_shown("--kube-qps", type=float, default=200.0)
+@_shown("--kube-burst", type=int, default=300)
+@_shown("--region", default="us-east-1")
 @click.option("--aws-endpoint-url", default=None, help="AWS endpoint (an emulator such as moto).")
 @click.option("--cluster-name", default=None, help="EKS cluster name (--cloud aws).")
-@click.option(
+@_shown(
     "--kubernetes-version",
     default="1.36",
-    show_default=True,
     help="--cloud aws: the version whose EKS-optimized AMI nodes boot.",
 )
 @click.option(
+    "--ami-id",
+    default=None,
+    help="--cloud aws: boot every type from this AMI, not the EKS-optimized one.",
+)
+@click.option(
+    "--instance-types",
+    multiple=True,
+    metavar="PATTERN",
+    help="--cloud aws: discover only these instance types (repeatable; wildcards such as "
+    "'m5.*'); default: every type the region offers.",
+)
+@_shown(
     "--sim-boot-seconds",
     type=float,
     default=35.0,
-    show_default=True,
     help="--cloud sim: how long an instance takes to boot.",
 )
-@click.option(
+@_shown(
     "--sim-interruptions",
     type=click.Choice(["none", "advisor"]),
     default="none",
-    show_default=True,
     help="--cloud sim: reclaim spot instances at Spot Advisor rates.",
 )
-@click.option(
-    "--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True
-)
-@click.option(
-    "--log-level",
-    type=click.Choice(["debug", "info", "warning", "error"]),
-    default="info",
-    show_default=True,
-)
+@_shown("--log-format", type=click.Choice(["text", "json"]), default="text")
+@_shown("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info")
 def controller_command(
-    kubeconfig: Path | None,
-    cloud: str,
-    nodepool_files: tuple[Path, ...],
-    interruption_queue: str | None,
-    leader_elect: bool,
-    lease_namespace: str,
-    lease_name: str,
-    identity: str | None,
-    metrics_port: int,
-    kube_qps: float,
-    kube_burst: int,
-    region: str,
-    aws_endpoint_url: str | None,
-    cluster_name: str | None,
-    kubernetes_version: str,
-    sim_boot_seconds: float,
-    sim_interruptions: str,
-    log_format: str,
-    log_level: str,
+    *, identity: str | None, log_format: str, log_level: str, **values: Any
 ) -> None:
     """Run the provisioner, interruption handling, termination and garbage collection."""
     configure_logging(fmt="json" if log_format == "json" else "text", level=log_level)
-    if cloud == "aws" and not cluster_name:
+    options = Options(identity=identity or default_identity(), **values)
+    if options.cloud == "aws" and not options.cluster_name:
         raise UserError("--cloud aws needs --cluster-name")
-    options = Options(
-        kubeconfig=kubeconfig,
-        cloud=cloud,
-        nodepool_files=nodepool_files,
-        interruption_queue=interruption_queue,
-        leader_elect=leader_elect,
-        lease_namespace=lease_namespace,
-        lease_name=lease_name,
-        identity=identity or default_identity(),
-        metrics_port=metrics_port,
-        kube_qps=kube_qps,
-        kube_burst=kube_burst,
-        region=region,
-        aws_endpoint_url=aws_endpoint_url,
-        cluster_name=cluster_name,
-        kubernetes_version=kubernetes_version,
-        sim_boot_seconds=sim_boot_seconds,
-        sim_interruptions=sim_interruptions,
-    )
     try:
-        pools = load_nodepool_files(nodepool_files) if nodepool_files else None
+        pools = load_nodepool_files(options.nodepool_files) if options.nodepool_files else None
+        load_nodegroup_files(options.nodegroup_files)  # refuse a bad file before connecting
     except ScenarioError as exc:
         raise UserError(str(exc)) from exc
     code = asyncio.run(_main(options, pools))
@@ -340,6 +340,8 @@ async def _run_controllers(
             EC2Settings(
                 cluster_name=options.cluster_name or "",
                 kubernetes_version=options.kubernetes_version,
+                ami_id=options.ami_id,
+                instance_type_patterns=options.instance_types,
             ),
             region=options.region,
             clock=clock,
@@ -363,7 +365,10 @@ async def _run_controllers(
         metrics=metrics,
         nodepools=nodepools,
         instance_types={t.name: t for t in cloud.instance_types()},
-        settings=Settings(),
+        settings=Settings(
+            interruption_workers=options.interruption_workers,
+            interruption_concurrency=options.interruption_concurrency,
+        ),
     )
     controllers: dict[str, Callable[[], Coroutine[Any, Any, None]]] = {
         "provisioner": Provisioner(ctx).run,
@@ -371,6 +376,9 @@ async def _run_controllers(
         "termination": Terminator(ctx).run,
         "nodeclaim.garbagecollection": GarbageCollector(ctx).run,
     }
+    nodegroups = load_nodegroup_files(options.nodegroup_files)
+    if nodegroups:
+        controllers["nodegroups"] = NodeGroupController(ctx, nodegroups).run
     if queue is not None:
         # Auto Scaling lifecycle hooks arriving on the queue are completed through this port.
         from spotwright.adapters.aws.autoscaling import AwsAutoScaling

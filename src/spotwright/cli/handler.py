@@ -5,7 +5,9 @@ The pieces live elsewhere: ``events.imds_source`` polls this instance's metadata
 spot-termination-exporter gauges and ``observability.webhook`` reports each step. This
 module builds them from the options, serves one ``/metrics`` endpoint for all of them, and
 runs until SIGTERM. ``HandlerService`` takes any Cluster, so tests run the whole wiring
-against the in-memory cluster and a real ``imds-mock``; the command gives it the live one.
+against the in-memory cluster and a real ``imds-mock``; the command gives it the live one,
+scoped to this node (its Node and its pods, watched with field selectors; see
+``adapters.kube.scope``), so a DaemonSet of handlers never caches the cluster once per node.
 
 Every ``spotwright`` command imports this module for its options, so the parts that pull in
 aiohttp (a noticeable part of a second) are imported when the handler actually starts.
@@ -42,6 +44,7 @@ from spotwright.ports.cluster import Cluster
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
+    from spotwright.controllers.node_handler import CapacityView
     from spotwright.events.imds_source import ImdsPoller, PollerSettings
     from spotwright.observability.webhook import WebhookReporter, WebhookTemplate
 
@@ -94,11 +97,20 @@ class HandlerOptions:
 class HandlerService:
     """The poller, the node handler, the metrics endpoint and the webhook, for one node."""
 
-    def __init__(self, options: HandlerOptions, cluster: Cluster) -> None:
+    def __init__(
+        self,
+        options: HandlerOptions,
+        cluster: Cluster,
+        *,
+        capacity_view: CapacityView | None = None,
+    ) -> None:
+        """``capacity_view``: how a node-scoped cluster shows the cluster's Nodes and
+        NodeClaims while a replace-then-drain waits (``KubeCluster.capacity_view``)."""
         from spotwright.events.imds_source import ImdsClient
 
         self.options = options
         self.cluster = cluster
+        self.capacity_view = capacity_view
         self.metrics = Metrics()
         self.client = ImdsClient(options.imds)
         self.poller: ImdsPoller | None = None
@@ -197,7 +209,11 @@ class HandlerService:
         )
         listeners = [self.reporter] if self.reporter is not None else []
         handler = NodeHandler(
-            ctx, self.options.node_name, policy=self.options.policy, listeners=listeners
+            ctx,
+            self.options.node_name,
+            policy=self.options.policy,
+            listeners=listeners,
+            capacity_view=self.capacity_view,
         )
         stopping = asyncio.create_task(self._stop.wait())
         try:
@@ -352,6 +368,7 @@ def handler_command(
 async def _main(options: HandlerOptions, kubeconfig: Path | None, qps: float, burst: int) -> int:
     from spotwright.adapters.kube.client import Api, connect
     from spotwright.adapters.kube.cluster import KubeCluster
+    from spotwright.adapters.kube.scope import CacheScope
 
     try:
         client = connect(kubeconfig)
@@ -361,8 +378,12 @@ async def _main(options: HandlerOptions, kubeconfig: Path | None, qps: float, bu
             f"({type(exc).__name__}: {exc})"
         ) from None
     api = Api(client, qps=qps, burst=burst)
-    cluster = KubeCluster(api, identity=f"spotwright-handler/{options.node_name}")
-    service = HandlerService(options, cluster)
+    cluster = KubeCluster(
+        api,
+        identity=f"spotwright-handler/{options.node_name}",
+        scope=CacheScope.one_node(options.node_name),
+    )
+    service = HandlerService(options, cluster, capacity_view=cluster.capacity_view)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, service.stop)
@@ -370,7 +391,11 @@ async def _main(options: HandlerOptions, kubeconfig: Path | None, qps: float, bu
         try:
             await cluster.start(timeout=60)
         except TimeoutError:
-            log.error("could not list the cluster's objects in 60s (are the CRDs applied?)")
+            log.error(
+                "could not list this node and its pods in 60s "
+                "(is the API server reachable, and the handler's ClusterRole bound?)",
+                node=options.node_name,
+            )
             return 1
         if await service.start():
             await service.run()

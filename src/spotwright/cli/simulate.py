@@ -17,7 +17,12 @@ from spotwright.cli._errors import UserError
 from spotwright.cli._summary import render_summary
 from spotwright.model.durations import format_duration, parse_duration
 from spotwright.model.errors import ScenarioError
-from spotwright.model.scenario import default_scenario_path, load_scenario
+from spotwright.model.scenario import (
+    bundled_example,
+    default_scenario_path,
+    examples_dir,
+    load_scenario,
+)
 from spotwright.observability.logs import configure_logging
 from spotwright.simulation import EPOCH, simulate
 
@@ -53,14 +58,17 @@ def simulate_command(
     quiet: bool,
     catalog_path: Path | None,
 ) -> None:
-    """Replay SCENARIO (default: the bundled GPU story) on a simulated spot market."""
+    """Replay SCENARIO (default: the bundled GPU story) on a simulated spot market.
+
+    SCENARIO is a file, or the name of a bundled example (``mixed-node-group``).
+    """
     until = None
     if until_text is not None:
         try:
             until = parse_duration(until_text)
         except ValueError as exc:
             raise UserError(f"--until: {exc}") from exc
-    path = scenario or default_scenario_path()
+    path = _resolve(scenario)
     try:
         catalog = load_catalog(catalog_path)
         parsed = load_scenario(path, catalog)
@@ -123,6 +131,19 @@ def simulate_command(
         click.echo(json.dumps(summary))
     else:
         render_summary(summary, Console(file=sys.stdout))
+
+
+def _resolve(scenario: Path | None) -> Path:
+    """The file to load: the argument if it exists, else the bundled example of that name."""
+    if scenario is None:
+        return default_scenario_path()
+    if scenario.exists() or scenario.parent != Path("."):
+        return scenario
+    bundled = bundled_example(scenario.name)
+    if bundled.exists():
+        return bundled
+    names = ", ".join(sorted(p.stem for p in examples_dir().glob("*.yaml")))
+    raise UserError(f"{scenario}: no such file, and no bundled example of that name ({names})")
 
 
 def _virtual_now() -> float:

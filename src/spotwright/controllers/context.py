@@ -52,12 +52,20 @@ class Settings:
     pending_retry_seconds: float = 10.0
     #: At most this many instance types go into one launch request.
     max_instance_types: int = 60
+    #: A claim not launched this long after its creation is given up (Karpenter: 5m).
+    launch_timeout_seconds: float = 300.0
     #: A launched claim whose node has not registered by then is given up (Karpenter: 15m).
     registration_timeout_seconds: float = 900.0
     #: How often instances without a claim are looked for, and how old they must be.
     garbage_collection_interval_seconds: float = 120.0
     garbage_collection_grace_seconds: float = 60.0
     interruption_workers: int = 10
+    #: Interruption messages handled at once, each in its own task; a worker receives
+    #: more only while a slot is free.
+    interruption_concurrency: int = 100
+    #: A message is kept in flight this long at a time (renewed every third of it) until
+    #: its action is over; after a crash it is delivered again within this time.
+    message_visibility_seconds: float = 60.0
     #: What a rebalance recommendation gets: nothing, a cordon, or a replacement first and
     #: a drain once the replacement is ready (the values of ``ActionPolicy``).
     rebalance_action: Literal["none", "cordon", "replace-then-drain"] = "replace-then-drain"

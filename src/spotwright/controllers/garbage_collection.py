@@ -1,10 +1,15 @@
 """Liveness and garbage collection of node claims and instances.
 
-Two kinds of leftovers cost money without serving pods: a claim whose instance launched but
-whose node never registered (a bad AMI, a broken bootstrap), and an instance that no claim
-knows about (the controller restarted between launch and recording it, or a claim was
-removed by hand). The first is deleted after the registration timeout, so its pods are
-provisioned again elsewhere; the second is terminated once it is older than a grace period.
+Leftovers cost money or hold pods back without serving them: a claim whose instance
+launched but whose node never registered (a bad AMI, a broken bootstrap), a claim that
+never launched at all (a launch call that hangs, a controller that died mid-launch), and
+an instance that no claim knows about (the controller restarted between launch and
+recording it, a launch given up on that still went through, a claim removed by hand).
+The claims are deleted after the registration timeout (15 minutes after launch) or the
+launch timeout (5 minutes after creation), so their pods, still pending, are provisioned
+again elsewhere; the lifecycle controller applies the launch timeout to its own calls
+too, so this sweep only catches claims nobody is launching. Unclaimed instances are
+terminated once they are older than a grace period.
 """
 
 from __future__ import annotations
@@ -27,33 +32,10 @@ class GarbageCollector:
             await self.collect()
 
     async def collect(self) -> None:
-        """One pass: expire unregistered claims, terminate instances nobody claims."""
+        """One pass: expire stuck claims, terminate instances nobody claims."""
         ctx = self.ctx
         now = ctx.clock.now()
-        timeout = ctx.settings.registration_timeout_seconds
-        for claim in ctx.cluster.node_claims():
-            if (
-                claim.deleting_since is None
-                and claim.launched_at is not None
-                and claim.registered_at is None
-                and now - claim.launched_at > timeout
-            ):
-                claim.deleting_since = now
-                claim.deletion_reason = "registration_timeout"
-                await ctx.cluster.update_node_claim(claim)
-                log.warning(
-                    "deleting nodeclaim, node did not register in time",
-                    nodeclaim=claim.name,
-                    provider_id=claim.provider_id,
-                    timeout=f"{timeout:.0f}s",
-                )
-                await ctx.cluster.record_event(
-                    "NodeClaim",
-                    claim.name,
-                    "RegistrationTimeout",
-                    f"Node did not register within {timeout:.0f}s",
-                    warning=True,
-                )
+        await self._expire_stuck(now)
         await self._forget_vanished(now)
         known = {c.provider_id for c in ctx.cluster.node_claims() if c.provider_id}
         grace = ctx.settings.garbage_collection_grace_seconds
@@ -67,6 +49,47 @@ class GarbageCollector:
                 instance_id=instance.id,
                 instance_type=instance.instance_type,
                 zone=instance.zone,
+            )
+
+    async def _expire_stuck(self, now: float) -> None:
+        """Delete claims that never launched or whose node never registered in time."""
+        ctx = self.ctx
+        launch = ctx.settings.launch_timeout_seconds
+        registration = ctx.settings.registration_timeout_seconds
+        for claim in ctx.cluster.node_claims():
+            if claim.deleting_since is not None or claim.registered_at is not None:
+                continue
+            if claim.launched_at is None and 0 < claim.created_at < now - launch:
+                reason, event, what, timeout = (
+                    "launch_timeout",
+                    "LaunchTimeout",
+                    "launch did not succeed",
+                    launch,
+                )
+            elif claim.launched_at is not None and now - claim.launched_at > registration:
+                reason, event, what, timeout = (
+                    "registration_timeout",
+                    "RegistrationTimeout",
+                    "node did not register",
+                    registration,
+                )
+            else:
+                continue
+            claim.deleting_since = now
+            claim.deletion_reason = reason
+            await ctx.cluster.update_node_claim(claim)
+            log.warning(
+                f"deleting nodeclaim, {what} in time",
+                nodeclaim=claim.name,
+                provider_id=claim.provider_id,
+                timeout=f"{timeout:.0f}s",
+            )
+            await ctx.cluster.record_event(
+                "NodeClaim",
+                claim.name,
+                event,
+                f"{what.capitalize()} within {timeout:.0f}s",
+                warning=True,
             )
 
     async def _forget_vanished(self, now: float) -> None:

@@ -11,7 +11,9 @@ runs:
 * "launch the replacement" means putting the disruption taint on now, which is what makes
   spotwright's provisioner, and Karpenter, count the node's pods as pending; a rebalance
   recommendation then waits until the capacity launched since is ready (or a configurable
-  time has passed) before draining;
+  time has passed) before draining. That wait is the one moment the handler looks past its
+  own node: a live handler caches only its Node and its pods, and is given a
+  ``capacity_view`` that shows it the cluster's Nodes and NodeClaims for the wait's length;
 * a scheduled maintenance that is canceled or completed puts the node back in service,
   undoing only what this handler changed. What it changed is written on the Node itself
   (label ``spotwright.io/handler-added``), so a restarted handler still knows, and a node
@@ -29,13 +31,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import weakref
 from collections.abc import AsyncIterable, Callable, Sequence
 from dataclasses import dataclass, replace
 
-from prometheus_client import CollectorRegistry, Counter
-
 from spotwright.controllers.context import Context
+from spotwright.controllers.handler_steps import event_reason, step_counter
 from spotwright.controllers.termination import DISRUPTED_TAINT, Terminator
 from spotwright.events.actions import Action, ActionName, ActionPolicy, Step, plan_action
 from spotwright.events.model import EventKind, InterruptionEvent
@@ -45,7 +45,7 @@ from spotwright.observability.logs import get_logger
 from spotwright.observability.webhook import StepReport
 from spotwright.ports.cluster import ClusterError, NotFound
 
-__all__ = ["ADDED_LABEL", "EXCLUDE_LB_LABEL", "NodeHandler", "StepListener"]
+__all__ = ["ADDED_LABEL", "EXCLUDE_LB_LABEL", "CapacityView", "NodeHandler", "StepListener"]
 
 log = get_logger("handler")
 
@@ -57,24 +57,9 @@ _TAINT, _CORDON, _LB = "taint", "cordon", "lb"
 
 #: Something told about every step: the webhook reporter, a test.
 StepListener = Callable[[StepReport], None]
+#: A block during which the cluster's reads cover every Node and NodeClaim (see module doc).
+CapacityView = Callable[[], contextlib.AbstractAsyncContextManager[object]]
 
-_REASONS = {
-    Step.TAINT: "Tainted",
-    Step.CORDON: "Cordoned",
-    Step.EXCLUDE_FROM_LOAD_BALANCERS: "ExcludedFromLoadBalancers",
-    Step.LAUNCH_REPLACEMENT: "ReplacementRequested",
-    Step.WAIT_FOR_REPLACEMENT: "ReplacementReady",
-    Step.DRAIN: "Drained",
-    Step.UNCORDON: "Uncordoned",
-    Step.HEARTBEAT: "LifecycleHeartbeat",
-    Step.WAIT_FOR_NODE_READY: "NodeReady",
-    Step.COMPLETE_LIFECYCLE: "LifecycleCompleted",
-}
-_FAILED_REASONS = {
-    (Step.WAIT_FOR_REPLACEMENT, "timeout"): "ReplacementNotReady",
-    (Step.DRAIN, "deadline_exceeded"): "DrainDeadlineExceeded",
-    (Step.DRAIN, "node_gone"): "NodeGoneBeforeDrained",
-}
 _QUIET_RESULTS = ("ok", "skipped")
 _IMDS_CANNOT = "not possible in IMDS mode: a lifecycle hook's token only reaches the queue"
 
@@ -95,22 +80,6 @@ class _Drain:
             self.task.cancel()
 
 
-_STEPS: weakref.WeakKeyDictionary[CollectorRegistry, Counter] = weakref.WeakKeyDictionary()
-
-
-def _step_counter(registry: CollectorRegistry) -> Counter:
-    counter = _STEPS.get(registry)
-    if counter is None:
-        counter = Counter(
-            "spotwright_node_handler_steps",
-            "Steps the IMDS-mode handler took on its node, by step and result",
-            ["step", "result"],
-            registry=registry,
-        )
-        _STEPS[registry] = counter
-    return counter
-
-
 class NodeHandler:
     """Carries out ``plan_action`` for the events of one node, ``node_name``."""
 
@@ -121,16 +90,19 @@ class NodeHandler:
         *,
         policy: ActionPolicy | None = None,
         listeners: Sequence[StepListener] = (),
+        capacity_view: CapacityView | None = None,
     ) -> None:
         self.ctx = ctx
         self.node_name = node_name
+        #: None: the cluster's reads already cover everything (the in-memory cluster).
+        self.capacity_view = capacity_view
         self.policy = policy or ActionPolicy()
         forced = self.policy.at_deadline == "force"
         self._terminator = Terminator(
             replace(ctx, settings=replace(ctx.settings, force_at_deadline=forced))
         )
         self.listeners = list(listeners)
-        self._steps = _step_counter(ctx.metrics.registry)
+        self._steps = step_counter(ctx.metrics.registry)
         self._lock = asyncio.Lock()
         #: Events that keep the node out of service, by id.
         self._holds: dict[str, InterruptionEvent] = {}
@@ -317,18 +289,22 @@ class NodeHandler:
         settings = ctx.settings
         give_up = since + settings.replacement_wait_seconds
         window = settings.batch_max_seconds + settings.batch_idle_seconds
-        await ctx.clock.sleep(max(0.0, min(window, give_up - ctx.clock.now())))
-        while True:
-            now = ctx.clock.now()
-            booting = self._booting_since(since)
-            if not booting:
-                return "ok", f"replacement capacity ready after {now - since:.0f}s"
-            if now >= give_up:
-                return "timeout", (
-                    f"{', '.join(booting)} still not ready after {now - since:.0f}s; "
-                    "draining anyway"
-                )
-            await ctx.clock.sleep(min(1.0, give_up - now))
+        view = self.capacity_view() if self.capacity_view is not None else contextlib.nullcontext()
+        # Entering lists the cluster's Nodes and NodeClaims (a live handler's view): the
+        # batching window runs from the taint, so that time is not added to it.
+        async with view:
+            await ctx.clock.sleep(max(0.0, min(since + window, give_up) - ctx.clock.now()))
+            while True:
+                now = ctx.clock.now()
+                booting = self._booting_since(since)
+                if not booting:
+                    return "ok", f"replacement capacity ready after {now - since:.0f}s"
+                if now >= give_up:
+                    return "timeout", (
+                        f"{', '.join(booting)} still not ready after {now - since:.0f}s; "
+                        "draining anyway"
+                    )
+                await ctx.clock.sleep(min(1.0, give_up - now))
 
     def _booting_since(self, since: float) -> list[str]:
         cluster = self.ctx.cluster
@@ -472,12 +448,7 @@ class NodeHandler:
         else:
             log.warning("handler step", **fields)
         self._steps.labels(name, result).inc()
-        if isinstance(step, Step):
-            reason = _FAILED_REASONS.get((step, result)) or _REASONS[step]
-            if result == "error":
-                reason += "Failed"
-        else:
-            reason = "InterruptionReceived"
+        reason = event_reason(step, result) if isinstance(step, Step) else "InterruptionReceived"
         warning = not quiet or (step == "received" and action.deadline is not None)
         with contextlib.suppress(ClusterError):
             await ctx.cluster.record_event("Node", self.node_name, reason, detail, warning=warning)

@@ -6,6 +6,14 @@ whole capacity type) go into the unavailable-offerings cache and the claim is de
 pods are still pending, and the next scheduling round, which no longer sees those
 offerings, falls back to what is left. A claim is registered when a node with its
 provider ID appears, and initialized when that node is ready.
+
+A launch that has not succeeded within the launch timeout (5 minutes, as Karpenter's) is
+given up the same way: the claim is deleted and its pods, still pending, get a new claim.
+Until then, errors that are not about capacity (throttling, a 5xx, a permission being
+fixed) are retried with backoff rather than deleting the claim at the first one. An
+abandoned request may still start an instance; it carries the claim's tag, no claim knows
+it, and garbage collection terminates it. A claim whose node never registers is the
+garbage collector's (see ``garbage_collection``).
 """
 
 from __future__ import annotations
@@ -14,20 +22,28 @@ import asyncio
 from collections.abc import Callable
 
 from spotwright.controllers.context import Context
-from spotwright.model.objects import NodeClaim
+from spotwright.model import labels as wk
+from spotwright.model.nodes import node_labels
+from spotwright.model.objects import Node, NodeClaim
 from spotwright.model.resources import Resources
 from spotwright.observability.logs import get_logger
 from spotwright.ports.cloud import (
     CloudError,
+    Instance,
     InsufficientCapacityError,
     LaunchRequest,
     QuotaExceededError,
 )
+from spotwright.ports.cluster import NotFound
 from spotwright.scheduling import ClaimPlan, choose_offerings
 
 __all__ = ["NodeClaimLifecycle"]
 
 log = get_logger("nodeclaim.lifecycle")
+
+#: Backoff between launch attempts after an error that is not about capacity.
+_RETRY_MIN = 0.1
+_RETRY_MAX = 10.0
 
 
 class NodeClaimLifecycle:
@@ -45,7 +61,7 @@ class NodeClaimLifecycle:
         async for event in self.ctx.cluster.watch("nodeclaim", "node"):
             if event.kind == "nodeclaim" and event.type == "ADDED":
                 claim = self.ctx.cluster.node_claim(event.name)
-                if claim is not None and claim.name not in self._launching:
+                if claim is not None and _needs_launch(claim) and claim.name not in self._launching:
                     task = asyncio.create_task(self.launch(claim))
                     self._launching[claim.name] = task
                     task.add_done_callback(self._forget(claim.name))
@@ -79,47 +95,19 @@ class NodeClaimLifecycle:
             ("karpenter.sh/nodepool", claim.nodepool),
         )
         request = LaunchRequest(claim.name, claim.nodepool, capacity_type, chosen, tags)
-        try:
-            instance = await ctx.cloud.launch(request)
-        except InsufficientCapacityError as exc:
-            now = ctx.clock.now()
-            for err in exc.errors:
-                o = err.offering
-                ctx.unavailable.mark_offering(o.capacity_type, o.instance_type, o.zone, now)
-                ctx.metrics.launch_failures.labels(err.code, o.capacity_type).inc()
-                log.debug(
-                    f"{err.code} for offering {{ instanceType: {o.instance_type}, "
-                    f"zone: {o.zone}, capacityType: {o.capacity_type} }}, avoiding for "
-                    f"{_short(ctx.settings.unavailable_ttl_seconds)}"
-                )
-            pools = sorted({e.offering.instance_type for e in exc.errors})
-            log.error(
-                f"{exc.code} for {len(exc.errors)} offering(s), avoiding them for "
-                f"{_short(ctx.settings.unavailable_ttl_seconds)}",
-                nodeclaim=claim.name,
-                capacity_type=capacity_type,
-                instance_types=", ".join(pools[:5]) + (" ..." if len(pools) > 5 else ""),
-            )
-            await self._abandon(claim, f"{exc.code}: {exc.message}")
-            return
-        except QuotaExceededError as exc:
-            ctx.unavailable.mark_capacity_type(exc.capacity_type, ctx.clock.now())
-            ctx.metrics.launch_failures.labels(exc.code, exc.capacity_type).inc()
-            log.error(
-                f"{exc.code}, avoiding capacity type {exc.capacity_type} for "
-                f"{_short(ctx.settings.unavailable_ttl_seconds)}",
-                nodeclaim=claim.name,
-            )
-            await self._abandon(claim, f"{exc.code}: {exc.message}")
-            return
-        except CloudError as exc:
-            ctx.metrics.launch_failures.labels(exc.code, capacity_type).inc()
-            log.error("could not launch nodeclaim", nodeclaim=claim.name, error=str(exc))
-            await self._abandon(claim, str(exc))
+        deadline = now + ctx.settings.launch_timeout_seconds - _age(claim, now)
+        instance = await self._call_launch(claim, request, deadline)
+        if instance is None:
             return
         current = ctx.cluster.node_claim(claim.name)
-        if current is None:  # deleted while launching: do not leak the instance
+        if current is None or current.deleting_since is not None:
+            # Deleted while launching (timed out, removed by hand): do not leak the instance.
             await ctx.cloud.terminate(instance.id)
+            log.info(
+                "terminated instance of a nodeclaim deleted while it launched",
+                nodeclaim=claim.name,
+                instance_id=instance.id,
+            )
             return
         itype = ctx.instance_types[instance.instance_type]
         current.provider_id = instance.provider_id
@@ -150,12 +138,110 @@ class NodeClaimLifecycle:
             f"Launched {instance.capacity_type} {instance.instance_type} in {instance.zone}",
         )
 
-    async def _abandon(self, claim: NodeClaim, reason: str) -> None:
+    async def _call_launch(
+        self, claim: NodeClaim, request: LaunchRequest, deadline: float
+    ) -> Instance | None:
+        """The launched instance, or None once the claim has been given up.
+
+        Capacity errors give the claim up at once, so the next round picks other
+        offerings. Any other error (throttling, a 5xx, a permission being fixed) is
+        retried with backoff, as Karpenter requeues it, until the launch timeout.
+        """
         ctx = self.ctx
-        ctx.metrics.nodeclaims_terminated.labels("insufficient_capacity").inc()
-        await ctx.cluster.record_event(
-            "NodeClaim", claim.name, "LaunchFailed", reason, warning=True
+        capacity_type = request.capacity_type
+        delay = _RETRY_MIN
+        while True:
+            try:
+                return await asyncio.wait_for(
+                    ctx.cloud.launch(request), max(deadline - ctx.clock.now(), 0.0)
+                )
+            except TimeoutError:
+                await self._time_out(claim, capacity_type)
+                return None
+            except InsufficientCapacityError as exc:
+                await self._capacity_short(claim, capacity_type, exc)
+                return None
+            except QuotaExceededError as exc:
+                ctx.unavailable.mark_capacity_type(exc.capacity_type, ctx.clock.now())
+                ctx.metrics.launch_failures.labels(exc.code, exc.capacity_type).inc()
+                log.error(
+                    f"{exc.code}, avoiding capacity type {exc.capacity_type} for "
+                    f"{_short(ctx.settings.unavailable_ttl_seconds)}",
+                    nodeclaim=claim.name,
+                )
+                await self._abandon(claim, f"{exc.code}: {exc.message}")
+                return None
+            except CloudError as exc:
+                ctx.metrics.launch_failures.labels(exc.code, capacity_type).inc()
+                if ctx.clock.now() + delay >= deadline:
+                    await self._time_out(claim, capacity_type, last_error=str(exc))
+                    return None
+                log.error(
+                    "could not launch nodeclaim, retrying",
+                    nodeclaim=claim.name,
+                    error=str(exc),
+                    retry_in=f"{delay:g}s",
+                )
+                await ctx.clock.sleep(delay)
+                delay = min(delay * 2, _RETRY_MAX)
+                current = ctx.cluster.node_claim(claim.name)
+                if current is None or current.deleting_since is not None:
+                    return None  # deleted meanwhile: nothing left to launch for
+
+    async def _capacity_short(
+        self, claim: NodeClaim, capacity_type: str, exc: InsufficientCapacityError
+    ) -> None:
+        """Avoid every offering that failed for the cache's TTL, and give the claim up."""
+        ctx = self.ctx
+        now = ctx.clock.now()
+        for err in exc.errors:
+            o = err.offering
+            ctx.unavailable.mark_offering(o.capacity_type, o.instance_type, o.zone, now)
+            ctx.metrics.launch_failures.labels(err.code, o.capacity_type).inc()
+            log.debug(
+                f"{err.code} for offering {{ instanceType: {o.instance_type}, "
+                f"zone: {o.zone}, capacityType: {o.capacity_type} }}, avoiding for "
+                f"{_short(ctx.settings.unavailable_ttl_seconds)}"
+            )
+        pools = sorted({e.offering.instance_type for e in exc.errors})
+        log.error(
+            f"{exc.code} for {len(exc.errors)} offering(s), avoiding them for "
+            f"{_short(ctx.settings.unavailable_ttl_seconds)}",
+            nodeclaim=claim.name,
+            capacity_type=capacity_type,
+            instance_types=", ".join(pools[:5]) + (" ..." if len(pools) > 5 else ""),
         )
+        await self._abandon(claim, f"{exc.code}: {exc.message}")
+
+    async def _time_out(
+        self, claim: NodeClaim, capacity_type: str, *, last_error: str = ""
+    ) -> None:
+        ctx = self.ctx
+        timeout = ctx.settings.launch_timeout_seconds
+        ctx.metrics.launch_failures.labels("LaunchTimeout", capacity_type).inc()
+        message = f"Launch did not succeed within {_short(timeout)}"
+        if last_error:
+            message += f" (last error: {last_error})"
+        log.error(
+            f"deleting nodeclaim, launch did not succeed within {_short(timeout)}",
+            nodeclaim=claim.name,
+            capacity_type=capacity_type,
+            last_error=last_error or None,
+        )
+        await self._abandon(claim, message, reason="LaunchTimeout", metric="launch_timeout")
+
+    async def _abandon(
+        self,
+        claim: NodeClaim,
+        message: str,
+        *,
+        reason: str = "LaunchFailed",
+        metric: str = "insufficient_capacity",
+    ) -> None:
+        """Delete a claim that never got an instance; its pods are still pending."""
+        ctx = self.ctx
+        ctx.metrics.nodeclaims_terminated.labels(metric).inc()
+        await ctx.cluster.record_event("NodeClaim", claim.name, reason, message, warning=True)
         await ctx.cluster.remove_node_claim(claim.name)
 
     async def _sync_node(self, node_name: str) -> None:
@@ -175,6 +261,7 @@ class NodeClaimLifecycle:
             claim.node_name = node.name
             changed = True
             log.info("registered nodeclaim", nodeclaim=claim.name, node=node.name)
+            await self._complete_node(node, claim)
         if node.ready and claim.initialized_at is None:
             claim.initialized_at = now
             changed = True
@@ -186,6 +273,54 @@ class NodeClaimLifecycle:
             )
         if changed:
             await ctx.cluster.update_node_claim(claim)
+
+    async def _complete_node(self, node: Node, claim: NodeClaim) -> None:
+        """Give a newly registered node the labels and taints its claim promised.
+
+        Pods were placed on the claim by those labels (the NodePool's, the instance
+        type's, the capacity type in Karpenter's, EKS's and eksctl's words) and kept off
+        it by those taints, but a kubelet started from the user's own bootstrap knows
+        none of them; like Karpenter's registration, this adds whatever is missing (and
+        never changes what the kubelet set).
+        """
+        ctx = self.ctx
+        itype = ctx.instance_types.get(claim.instance_type)
+        if itype is None:
+            return
+        want = node_labels(
+            claim=claim,
+            instance_type=itype,
+            zone=claim.zone,
+            region=ctx.cloud.region,
+            capacity_type=claim.capacity_type,
+            hostname=node.labels.get(wk.HOSTNAME, node.name),
+        )
+        labels: dict[str, str | None] = {k: v for k, v in want.items() if k not in node.labels}
+        present = {(t.key, t.effect) for t in node.taints}
+        taints = [t for t in claim.taints if (t.key, t.effect) not in present]
+        if not labels and not taints:
+            return
+        try:
+            await ctx.cluster.patch_node(node.name, add_taints=taints, labels=labels)
+        except NotFound:
+            return
+        log.info(
+            "added the nodeclaim's labels and taints to its node",
+            nodeclaim=claim.name,
+            node=node.name,
+            labels=", ".join(sorted(labels)) or None,
+            taints=", ".join(str(t) for t in taints) or None,
+        )
+
+
+def _needs_launch(claim: NodeClaim) -> bool:
+    """A claim seen again (a restart lists every claim as added) must not launch twice."""
+    return not claim.provider_id and claim.launched_at is None and claim.deleting_since is None
+
+
+def _age(claim: NodeClaim, now: float) -> float:
+    """Seconds since the claim was created; 0 when its creation time is unknown (0)."""
+    return now - claim.created_at if claim.created_at > 0 else 0.0
 
 
 def _short(seconds: float) -> str:

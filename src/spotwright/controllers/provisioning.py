@@ -9,12 +9,13 @@ this module only gathers the cluster's state for it and writes the resulting cla
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import Sequence
 
 from spotwright.controllers.context import Context
 from spotwright.model import labels as wk
-from spotwright.model.objects import NodeClaim, Pod
+from spotwright.model.objects import NodeClaim, NodeSelectorRequirement, Pod
 from spotwright.model.resources import Resources
 from spotwright.observability.logs import get_logger
 from spotwright.ports.cluster import WatchEvent
@@ -22,9 +23,13 @@ from spotwright.scheduling import (
     ClaimPlan,
     ExistingCapacity,
     NodePoolTemplate,
+    Requirements,
     pod_requests,
+    pod_requirements,
     schedule,
+    tolerates,
 )
+from spotwright.scheduling.min_values import enforce_min_values
 
 __all__ = ["Provisioner", "is_disrupting"]
 
@@ -38,11 +43,24 @@ def is_disrupting(claim: NodeClaim | None, taints: Sequence[object] = ()) -> boo
     return any(getattr(t, "key", None) == wk.DISRUPTED_TAINT_KEY for t in taints)
 
 
+#: What the API server's ``generateName`` draws from: lowercase alphanumerics without
+#: vowels and look-alike digits, so a random suffix never spells a word.
+_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+#: ``generateName`` cuts the prefix to this, so the name fits 63 characters.
+_NAME_PREFIX_MAX = 58
+
+
 class Provisioner:
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, *, rng: random.Random | None = None) -> None:
+        """``rng`` draws the random part of claim names.
+
+        Without one, it is seeded from the clock: a simulation (whose virtual clock always
+        starts at the same instant) then names its claims identically on every run, while
+        a restarted live controller does not replay its predecessor's names.
+        """
         self.ctx = ctx
         self._trigger = asyncio.Event()
-        self._serial = 0
+        self._names = rng if rng is not None else random.Random(round(ctx.clock.now() * 1e6))
         self._pending_keys: set[str] = set()
 
     async def run(self) -> None:
@@ -113,8 +131,12 @@ class Provisioner:
         templates = self._templates()
         offerings = ctx.unavailable.apply(ctx.cloud.offerings(), now)
         started = time.perf_counter()
-        plan = schedule(pods, existing, templates, list(ctx.instance_types.values()), offerings)
+        types = list(ctx.instance_types.values())
+        overhead = self._daemon_overhead(templates)
+        plan = schedule(pods, existing, templates, types, offerings, daemon_overhead=overhead)
+        plan = enforce_min_values(plan, templates, types, offerings, daemon_overhead=overhead)
         ctx.metrics.scheduling_duration.observe(time.perf_counter() - started)
+        floors = {t.name: tuple(r for r in t.requirements if r.min_values) for t in templates}
         ctx.metrics.pods_unschedulable.set(len(plan.unschedulable))
         by_key = {p.key: p for p in pods}
         for key, reason in sorted(plan.unschedulable.items()):
@@ -136,8 +158,11 @@ class Provisioner:
             pods=sum(len(c.pods) for c in plan.new_claims),
         )
         created = []
+        taken = {c.name for c in ctx.cluster.node_claims()}
         for claim_plan in plan.new_claims:
-            claim = self._to_claim(claim_plan, now)
+            name = self._claim_name(claim_plan.nodepool, taken)
+            claim = self._to_claim(claim_plan, now, name, floors.get(claim_plan.nodepool, ()))
+            taken.add(claim.name)
             await ctx.cluster.create_node_claim(claim)
             ctx.metrics.nodeclaims_created.labels(claim.nodepool).inc()
             log.info(
@@ -208,6 +233,41 @@ class Provisioner:
             )
         return pods, existing
 
+    def _daemon_overhead(self, templates: Sequence[NodePoolTemplate]) -> Resources:
+        """What the DaemonSets will take on every new node, before any pod lands there.
+
+        The cluster port has no DaemonSet objects, so each DaemonSet is known by its pods
+        on existing nodes (the largest one, as sizes may differ per node). Only those
+        that would run on every NodePool's nodes (tolerating its taints, allowing its
+        requirements) count: the scheduler takes one figure for all pools, and a lower
+        bound never refuses a node that would have fitted. DaemonSets that run
+        everywhere (kube-proxy, the CNI, log and metrics agents) are the usual case.
+        """
+        largest: dict[tuple[str, str], Resources] = {}
+        sample: dict[tuple[str, str], Pod] = {}
+        for pod in self.ctx.cluster.pods():
+            if not pod.daemon or pod.terminating:
+                continue
+            key = (pod.namespace, pod.owner or pod.name)
+            need = pod_requests(pod)
+            have = largest.get(key)
+            if have is None:
+                sample[key] = pod
+                largest[key] = need
+            else:
+                largest[key] = Resources(
+                    max(have.cpu, need.cpu),
+                    max(have.memory, need.memory),
+                    max(have.gpu, need.gpu),
+                    max(have.pods, need.pods),
+                    max(have.ephemeral, need.ephemeral),
+                )
+        total = Resources()
+        for key, pod in sorted(sample.items()):
+            if templates and all(_runs_on(pod, t) for t in templates):
+                total = total + largest[key]
+        return total
+
     def _smallest(self, names: Sequence[str]) -> Resources | None:
         types = [self.ctx.instance_types[n] for n in names if n in self.ctx.instance_types]
         if not types:
@@ -249,14 +309,29 @@ class Provisioner:
             )
         return templates
 
-    def _to_claim(self, plan: ClaimPlan, now: float) -> NodeClaim:
-        self._serial += 1
+    def _claim_name(self, nodepool: str, taken: set[str]) -> str:
+        """``<nodepool>-<5 random characters>``, Karpenter's shape, unused by any claim."""
+        prefix = f"{nodepool}-"[:_NAME_PREFIX_MAX]
+        while True:
+            name = prefix + "".join(self._names.choices(_NAME_ALPHABET, k=5))
+            if name not in taken:
+                return name
+
+    def _to_claim(
+        self,
+        plan: ClaimPlan,
+        now: float,
+        name: str,
+        floors: tuple[NodeSelectorRequirement, ...] = (),
+    ) -> NodeClaim:
+        """The claim for ``plan``; the pool's ``minValues`` terms ride along so the launch
+        keeps enough instance types to honour them."""
         labels = dict(plan.labels)
         labels[wk.NODEPOOL] = plan.nodepool
         return NodeClaim(
-            name=f"{plan.nodepool}-{self._serial:05d}",
+            name=name,
             nodepool=plan.nodepool,
-            requirements=plan.requirements,
+            requirements=(*plan.requirements, *floors),
             instance_types=plan.instance_types,
             requests=plan.requests,
             labels=labels,
@@ -273,6 +348,14 @@ def _provisionable(pod: Pod) -> bool:
         and not pod.daemon
         and not pod.mirror
     )
+
+
+def _runs_on(pod: Pod, template: NodePoolTemplate) -> bool:
+    """Would a DaemonSet pod like ``pod`` be scheduled on a new node of ``template``?"""
+    if tolerates(pod.tolerations, template.taints) is not None:
+        return False
+    pool = Requirements.from_terms(template.requirements)
+    return any(pool.compatible(term) for term in pod_requirements(pod))
 
 
 def _reschedulable(pod: Pod) -> bool:

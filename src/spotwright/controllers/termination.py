@@ -1,17 +1,29 @@
 """Termination: a deleted node claim becomes a drained node and a terminated instance.
 
 Deleting a claim is the single "terminate" signal, whoever sends it (interruption handling,
-disruption, a user). The drain taints and cordons the node with one patch each, then evicts
-in tiers (ordinary pods, then system-critical ones; daemon-set and mirror pods are left, as
-are pods that tolerate the disruption taint), retrying PodDisruptionBudget refusals with
-backoff. When the claim carries a deadline (an interruption notice), nothing waits past it:
-a pod whose grace period would overrun the deadline is deleted with what time is left.
+disruption, a user). The node is tainted, cordoned and labelled out of load balancers with
+one patch (skipped when the interruption handler already did it at the message's receipt),
+then drained in tiers (ordinary pods, then system-critical ones; daemon-set and mirror pods
+are left, as are pods that tolerate the disruption taint), retrying PodDisruptionBudget
+refusals with backoff. When the claim carries a deadline (an interruption notice), nothing
+waits past it: a pod whose grace period would overrun the deadline is deleted with what
+time is left.
+
+A pod annotated ``karpenter.sh/do-not-disrupt`` is not evicted while the annotation is in
+force ("true": always; a Go duration such as "30m": until that long after the pod started).
+It only holds the graceful part of a drain back: at the deadline of an interruption it is
+deleted like every other pod left, since the instance goes regardless. An annotation that
+does not parse is ignored, with a Warning Event on the pod.
+
+A termination that fails (an API error, a race with another writer) is logged, counted and
+started again with backoff while the claim is still being deleted.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import Callable
 
 from spotwright.controllers.context import Context
@@ -22,34 +34,118 @@ from spotwright.ports.cloud import CloudError
 from spotwright.ports.cluster import EvictionBlocked, NotFound
 from spotwright.scheduling import tolerates
 
-__all__ = ["DISRUPTED_TAINT", "Terminator"]
+__all__ = [
+    "DISRUPTED_TAINT",
+    "DO_NOT_DISRUPT",
+    "EXCLUDE_LB_LABEL",
+    "Terminator",
+    "mark_disrupted",
+    "parse_go_duration",
+]
 
 log = get_logger("termination")
 
 DISRUPTED_TAINT = Taint(wk.DISRUPTED_TAINT_KEY, "NoSchedule")
-_EXCLUDE_LB = "node.kubernetes.io/exclude-from-external-load-balancers"
+#: The label that takes a node out of external load balancers before its pods go.
+EXCLUDE_LB_LABEL = "node.kubernetes.io/exclude-from-external-load-balancers"
+#: The pod annotation that holds graceful eviction back (Karpenter's name, so that
+#: workloads written for Karpenter keep their protection).
+DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+
+#: Retries of a failed termination: 1 s, doubling, at most this long apart.
+_RETRY_MAX_SECONDS = 60.0
+
+
+async def mark_disrupted(ctx: Context, node_name: str, reason: str) -> bool:
+    """Taint, cordon and label the node out of load balancers, with one PATCH.
+
+    Nothing is sent when the cached node shows all three already: the interruption
+    handler marks the node at the message's receipt and the termination controller
+    arrives here right after. False when the node is gone.
+    """
+    node = ctx.cluster.node(node_name)
+    if node is None:
+        return False
+    tainted = any(
+        t.key == DISRUPTED_TAINT.key and t.effect == DISRUPTED_TAINT.effect for t in node.taints
+    )
+    if tainted and node.unschedulable and EXCLUDE_LB_LABEL in node.labels:
+        return True
+    try:
+        await ctx.cluster.patch_node(
+            node_name,
+            add_taints=[DISRUPTED_TAINT],
+            unschedulable=True,
+            labels={EXCLUDE_LB_LABEL: "spotwright"},
+        )
+    except NotFound:
+        return False
+    log.info("tainted node", node=node_name, taint=str(DISRUPTED_TAINT), reason=reason)
+    ctx.metrics.actions.labels("cordon").inc()
+    await ctx.cluster.record_event("Node", node_name, "Cordoned", f"Cordoned: {reason}")
+    return True
 
 
 class Terminator:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self._draining: dict[str, asyncio.Task[None]] = {}
-
-    def _forget(self, name: str) -> Callable[[asyncio.Task[None]], None]:
-        def forget(_task: asyncio.Task[None]) -> None:
-            self._draining.pop(name, None)
-
-        return forget
+        self._failures: dict[str, int] = {}
+        self._retries: set[asyncio.Task[None]] = set()
 
     async def run(self) -> None:
-        async for event in self.ctx.cluster.watch("nodeclaim"):
-            if event.type == "DELETED" or event.name in self._draining:
-                continue
-            claim = self.ctx.cluster.node_claim(event.name)
-            if claim is not None and claim.deleting_since is not None:
-                task = asyncio.create_task(self.terminate(claim))
-                self._draining[claim.name] = task
-                task.add_done_callback(self._forget(claim.name))
+        try:
+            async for event in self.ctx.cluster.watch("nodeclaim"):
+                if event.type == "DELETED" or event.name in self._draining:
+                    continue
+                claim = self.ctx.cluster.node_claim(event.name)
+                if claim is not None and claim.deleting_since is not None:
+                    self._start(claim)
+        finally:
+            for task in [*self._draining.values(), *self._retries]:
+                task.cancel()
+
+    def _start(self, claim: NodeClaim) -> None:
+        task = asyncio.create_task(self.terminate(claim))
+        self._draining[claim.name] = task
+        task.add_done_callback(self._finished(claim.name))
+
+    def _finished(self, name: str) -> Callable[[asyncio.Task[None]], None]:
+        def finished(task: asyncio.Task[None]) -> None:
+            if self._draining.get(name) is task:
+                del self._draining[name]
+            if task.cancelled():
+                return
+            error = task.exception()
+            if error is None:
+                self._failures.pop(name, None)
+                return
+            attempt = self._failures.get(name, 0) + 1
+            self._failures[name] = attempt
+            delay = min(_RETRY_MAX_SECONDS, 2.0 ** (attempt - 1))
+            self.ctx.metrics.termination_errors.labels(type(error).__name__).inc()
+            log.error(
+                "terminating nodeclaim failed, retrying",
+                nodeclaim=name,
+                error=f"{type(error).__name__}: {error}",
+                attempt=attempt,
+                retry_in=f"{delay:.0f}s",
+            )
+            retry = asyncio.create_task(self._retry(name, delay))
+            self._retries.add(retry)
+            retry.add_done_callback(self._retries.discard)
+
+        return finished
+
+    async def _retry(self, name: str, delay: float) -> None:
+        """Start the claim's termination again, unless it is gone or already running."""
+        await self.ctx.clock.sleep(delay)
+        claim = self.ctx.cluster.node_claim(name)
+        if claim is None:
+            self._failures.pop(name, None)
+            return
+        if name not in self._draining and claim.deleting_since is not None:
+            self._start(claim)
 
     async def terminate(self, claim: NodeClaim) -> None:
         ctx = self.ctx
@@ -57,7 +153,7 @@ class Terminator:
         started = ctx.clock.now()
         deadline = claim.drain_deadline
         if node is not None:
-            await self._cordon(node.name, claim)
+            await mark_disrupted(ctx, node.name, claim.deletion_reason or "deleted")
             finished = await self.drain(node.name, deadline, claim_name=claim.name)
             took = ctx.clock.now() - started
             ctx.metrics.drain_duration.observe(took)
@@ -110,22 +206,6 @@ class Terminator:
                 await self.ctx.clock.sleep(delay)
                 delay = min(delay * 2, 60.0)
 
-    async def _cordon(self, node_name: str, claim: NodeClaim) -> None:
-        ctx = self.ctx
-        try:
-            await ctx.cluster.patch_node(node_name, add_taints=[DISRUPTED_TAINT])
-            log.info("tainted node", node=node_name, taint=str(DISRUPTED_TAINT))
-            await ctx.cluster.patch_node(
-                node_name, unschedulable=True, labels={_EXCLUDE_LB: "spotwright"}
-            )
-            log.info("cordoned node", node=node_name, reason=claim.deletion_reason)
-            ctx.metrics.actions.labels("cordon").inc()
-            await ctx.cluster.record_event(
-                "Node", node_name, "Cordoned", f"Cordoned: {claim.deletion_reason or 'deleted'}"
-            )
-        except NotFound:
-            pass
-
     async def drain(
         self, node_name: str, deadline: float | None, *, claim_name: str | None = None
     ) -> bool:
@@ -137,6 +217,7 @@ class Terminator:
         ctx = self.ctx
         backoff: dict[str, float] = {}
         next_try: dict[str, float] = {}
+        told: set[str] = set()  # pods whose do-not-disrupt annotation got its Event
         while True:
             claim = ctx.cluster.node_claim(claim_name) if claim_name else None
             if claim is not None:
@@ -165,6 +246,8 @@ class Terminator:
                     continue
                 if next_try.get(pod.key, 0.0) > now:
                     continue
+                if await self._protected(pod, node_name, now, told):
+                    continue
                 try:
                     await ctx.cluster.evict(pod)
                 except EvictionBlocked:
@@ -189,6 +272,51 @@ class Terminator:
                 step = min(step, max(0.05, deadline - now - _max_grace(tier)))
             await ctx.clock.sleep(step)
 
+    async def _protected(self, pod: Pod, node_name: str, now: float, told: set[str]) -> bool:
+        """Whether the pod's do-not-disrupt annotation holds its eviction back now.
+
+        Each pod's annotation is reported once per drain: a Normal Event while it protects
+        the pod, a Warning Event when it does not parse (and is then ignored).
+        """
+        value = pod.annotations.get(DO_NOT_DISRUPT)
+        if value is None:
+            return False
+        first = pod.key not in told
+        told.add(pod.key)
+        if value.strip().lower() == "true":
+            if first:
+                await self._tell(pod, node_name, "not evicted: annotated do-not-disrupt")
+            return True
+        try:
+            span = parse_go_duration(value)
+        except ValueError as exc:
+            if first:
+                log.warning(
+                    "ignoring invalid do-not-disrupt annotation", pod=pod.key, error=str(exc)
+                )
+                await self.ctx.cluster.record_event(
+                    "Pod",
+                    pod.key,
+                    "InvalidDoNotDisrupt",
+                    f"Ignoring {DO_NOT_DISRUPT}={value!r}: {exc}",
+                    warning=True,
+                )
+            return False
+        until = pod.created_at + span
+        if now >= until:
+            return False
+        if first:
+            await self._tell(
+                pod, node_name, f"not evicted for {until - now:.0f}s more: annotated do-not-disrupt"
+            )
+        return True
+
+    async def _tell(self, pod: Pod, node_name: str, why: str) -> None:
+        log.info("pod protected from eviction", pod=pod.key, node=node_name, detail=why)
+        await self.ctx.cluster.record_event(
+            "Pod", pod.key, "DisruptionBlocked", f"Draining node {node_name}: {why}"
+        )
+
     async def _force(self, pod: Pod, grace: float) -> None:
         try:
             await self.ctx.cluster.delete_pod(pod, grace_seconds=grace)
@@ -196,6 +324,44 @@ class Terminator:
             return
         self.ctx.metrics.pods_evicted.labels("deadline").inc()
         log.warning("deleted pod at the drain deadline", pod=pod.key, grace=f"{grace:.0f}s")
+
+
+_GO_UNITS = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "\u00b5s": 1e-6,
+    "\u03bcs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
+_GO_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|\u00b5s|\u03bcs|ms|s|m|h)")
+
+
+def parse_go_duration(text: str) -> float:
+    """Seconds in a Go ``time.ParseDuration`` string ("30m", "1h30m", "1.5h", "-5s", "0").
+
+    Go's grammar exactly, since that is what Karpenter reads the annotation with: a sign,
+    then numbers each followed by a unit (a bare number other than 0 has none, so it is
+    refused, as Go refuses it).
+    """
+    rest = text.strip()
+    sign = -1.0 if rest.startswith("-") else 1.0
+    rest = rest[1:] if rest[:1] in "+-" else rest
+    if rest == "0":
+        return 0.0
+    if not rest:
+        raise ValueError(f"{text!r} is not a duration like 30m or 1h30m")
+    total = 0.0
+    position = 0
+    while position < len(rest):
+        match = _GO_PART.match(rest, position)
+        if match is None:
+            raise ValueError(f"{text!r} is not a duration like 30m or 1h30m")
+        total += float(match.group(1)) * _GO_UNITS[match.group(2)]
+        position = match.end()
+    return sign * total
 
 
 def _drainable(pod: Pod) -> bool:

@@ -25,7 +25,9 @@ __all__ = [
     "Problem",
     "ScenarioError",
     "format_path",
+    "load_yaml_documents",
     "problems_from_validation",
+    "read_text",
     "read_yaml",
     "show",
 ]
@@ -310,8 +312,18 @@ def read_yaml(path: Path | str) -> Any:
     collapse to the last one, are errors too.
     """
     source = str(path)
+    documents = load_yaml_documents(read_text(path), source) or [None]
+    if len(documents) > 1:
+        message = f"expected one YAML document, got {len(documents)} (separated by ---)"
+        raise ScenarioError(source, [Problem("", message)])
+    return documents[0]
+
+
+def read_text(path: Path | str) -> str:
+    """The file's UTF-8 text; a missing, unreadable or binary file is a ``ScenarioError``."""
+    source = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ScenarioError(source, [Problem("", "no such file")]) from None
     except IsADirectoryError:
@@ -323,7 +335,6 @@ def read_yaml(path: Path | str) -> Any:
         raise ScenarioError(source, [Problem("", message)]) from None
     except OSError as exc:
         raise ScenarioError(source, [Problem("", exc.strerror or str(exc))]) from None
-    return _load_yaml(text, source)
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -354,7 +365,9 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[An
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
-def _load_yaml(text: str, source: str) -> Any:
+def load_yaml_documents(text: str, source: str) -> list[Any]:
+    """Every non-empty YAML document in ``text``; syntax errors become a ``ScenarioError``
+    at ``line L column C`` (``source`` names the file in the message)."""
     try:
         documents = list(yaml.load_all(text, Loader=_StrictLoader))
     except yaml.MarkedYAMLError as exc:
@@ -369,8 +382,4 @@ def _load_yaml(text: str, source: str) -> Any:
         raise ScenarioError(source, [Problem(where, f"invalid YAML: {what}")]) from None
     except yaml.YAMLError as exc:
         raise ScenarioError(source, [Problem("", f"invalid YAML: {exc}")]) from None
-    documents = [d for d in documents if d is not None] or [None]
-    if len(documents) > 1:
-        message = f"expected one YAML document, got {len(documents)} (separated by ---)"
-        raise ScenarioError(source, [Problem("", message)])
-    return documents[0]
+    return [d for d in documents if d is not None]

@@ -17,27 +17,30 @@ whole conversion with one ``FILE: PATH: expected ..., got ...`` line per problem
 
 from __future__ import annotations
 
-import difflib
 import typing
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
-from pydantic import BaseModel
 
-from spotwright.model.errors import Problem, ScenarioError, format_path, show
+from spotwright.model.errors import (
+    Problem,
+    ScenarioError,
+    format_path,
+    load_yaml_documents,
+    read_text,
+    show,
+)
+from spotwright.model.import_cleaning import At, Note, clean, clean_object, copy_tree, dig
 from spotwright.model.nodeclass import (
     AMI_FAMILIES,
-    UNSUPPORTED,
-    UNSUPPORTED_KUBELET,
     EC2NodeClass,
-    EC2NodeClassSpec,
     KubeletConfiguration,
     parse_nodeclass,
 )
-from spotwright.model.nodepool import Limits, NodePool, NodePoolSpec, parse_nodepool
+from spotwright.model.nodepool import NodePool, parse_nodepool
 
 __all__ = ["SPOTWRIGHT_API", "ImportFailed", "ImportResult", "Note", "convert_files", "to_yaml"]
 
@@ -48,61 +51,6 @@ _RETIRED = {
     ("karpenter.sh/v1alpha5", "Provisioner"): "NodePool",
     ("karpenter.k8s.aws/v1alpha1", "AWSNodeTemplate"): "EC2NodeClass",
 }
-
-#: Metadata written by the API server or controllers, not by the user.
-_SERVER_METADATA = frozenset(
-    {
-        "uid",
-        "resourceVersion",
-        "generation",
-        "creationTimestamp",
-        "deletionTimestamp",
-        "deletionGracePeriodSeconds",
-        "managedFields",
-        "selfLink",
-        "finalizers",
-        "ownerReferences",
-        "generateName",
-    }
-)
-_SERVER_ANNOTATIONS = frozenset(
-    {
-        "kubectl.kubernetes.io/last-applied-configuration",
-        "karpenter.sh/nodepool-hash",
-        "karpenter.sh/nodepool-hash-version",
-        "karpenter.k8s.aws/ec2nodeclass-hash",
-        "karpenter.k8s.aws/ec2nodeclass-hash-version",
-    }
-)
-_KNOWN_KUBELET = (
-    "clusterDNS",
-    "evictionSoft",
-    "evictionSoftGracePeriod",
-    "evictionMaxPodGracePeriod",
-    "imageGCHighThresholdPercent",
-    "imageGCLowThresholdPercent",
-    "cpuCFSQuota",
-)
-#: Fields Karpenter has and spotwright does not model, per model class, and why.
-_UNSUPPORTED: dict[type[BaseModel], dict[str, str]] = {
-    NodePoolSpec: {"replicas": "static NodePools (spec.replicas) are not supported"},
-    EC2NodeClassSpec: UNSUPPORTED,
-    KubeletConfiguration: dict.fromkeys(_KNOWN_KUBELET, UNSUPPORTED_KUBELET),
-}
-_LIMITS_NOTE = "spotwright limits only cpu, memory, nodes and nvidia.com/gpu"
-
-
-@dataclass(frozen=True)
-class Note:
-    """Something the conversion changed or left out, said about one field."""
-
-    source: str
-    path: str
-    message: str
-    kind: Literal["dropped", "converted"] = "dropped"
-
-    def __str__(self) -> str:
-        return f"{self.source}: {self.path}: {self.kind}: {self.message}"
 
 
 @dataclass
@@ -169,52 +117,10 @@ def to_yaml(documents: Sequence[dict[str, Any]]) -> str:
 # Reading
 
 
-class _Loader(yaml.SafeLoader):
-    """A SafeLoader that rejects duplicate keys instead of keeping the last one."""
-
-
-def _mapping(loader: _Loader, node: yaml.MappingNode) -> dict[Any, Any]:
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        if isinstance(key, str | int | float | bool) and key in seen:
-            raise yaml.constructor.ConstructorError(
-                "while reading a mapping",
-                node.start_mark,
-                f"found duplicate key {show(key)}",
-                key_node.start_mark,
-            )
-        seen.add(key) if isinstance(key, str | int | float | bool) else None
-    return loader.construct_mapping(node, deep=True)
-
-
-_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
-
-
 def _read_documents(path: Path) -> list[tuple[tuple[str | int, ...], Any]]:
     """Every object in the file as (path prefix, document); ``kind: List`` is unpacked."""
     source = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ScenarioError(source, [Problem("", "no such file")]) from None
-    except IsADirectoryError:
-        raise ScenarioError(
-            source, [Problem("", "expected a YAML file, got a directory")]
-        ) from None
-    except UnicodeDecodeError as exc:
-        message = f"expected UTF-8 text, got an undecodable byte at offset {exc.start}"
-        raise ScenarioError(source, [Problem("", message)]) from None
-    except OSError as exc:
-        raise ScenarioError(source, [Problem("", exc.strerror or str(exc))]) from None
-    try:
-        loaded = [d for d in yaml.load_all(text, Loader=_Loader) if d is not None]
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"line {mark.line + 1} column {mark.column + 1}" if mark else ""
-        raise ScenarioError(source, [Problem(where, f"invalid YAML: {exc.problem}")]) from None
-    except yaml.YAMLError as exc:
-        raise ScenarioError(source, [Problem("", f"invalid YAML: {exc}")]) from None
+    loaded = load_yaml_documents(read_text(path), source)
     if not loaded:
         raise ScenarioError(
             source, [Problem("", "expected a NodePool or EC2NodeClass, got an empty file")]
@@ -272,29 +178,25 @@ def _convert(
     raise ScenarioError(source, [Problem(at("kind"), f"expected {expected}, got {api} {kind}")])
 
 
-class _At(typing.Protocol):
-    def __call__(self, *parts: str | int) -> str: ...
-
-
 def _nodepool(
     doc: dict[str, Any],
     beta: bool,
     source: str,
     prefix: tuple[str | int, ...],
-    at: _At,
+    at: At,
     notes: list[Note],
     moves: list[_KubeletMove],
 ) -> dict[str, Any]:
-    doc = _copy(doc)
+    doc = copy_tree(doc)
     if beta:
         _nodepool_from_beta(doc, source, prefix, at, notes, moves)
     spec = doc.get("spec")
-    ref = _dig(spec, "template", "spec", "nodeClassRef")
+    ref = dig(spec, "template", "spec", "nodeClassRef")
     if isinstance(ref, dict) and ref.get("group") == "karpenter.k8s.aws":
         ref["group"] = "spotwright.io"
         where = at("spec", "template", "spec", "nodeClassRef", "group")
         notes.append(Note(source, where, "karpenter.k8s.aws -> spotwright.io", "converted"))
-    cleaned = _clean_object(doc, NodePool, "karpenter.sh/v1 NodePool", source, at, notes)
+    cleaned = clean_object(doc, NodePool, "karpenter.sh/v1 NodePool", source, at, notes)
     cleaned["apiVersion"] = SPOTWRIGHT_API
     _validated(lambda: parse_nodepool(cleaned, source=source), at)
     return cleaned
@@ -318,7 +220,7 @@ def _nodepool_from_beta(
     doc: dict[str, Any],
     source: str,
     prefix: tuple[str | int, ...],
-    at: _At,
+    at: At,
     notes: list[Note],
     moves: list[_KubeletMove],
 ) -> None:
@@ -327,7 +229,7 @@ def _nodepool_from_beta(
     if not isinstance(spec, dict):
         return
     disruption = spec.get("disruption")
-    template_spec = _dig(spec, "template", "spec")
+    template_spec = dig(spec, "template", "spec")
     if isinstance(disruption, dict):
         if disruption.get("consolidationPolicy") == "WhenUnderutilized":
             disruption["consolidationPolicy"] = "WhenEmptyOrUnderutilized"
@@ -388,7 +290,7 @@ def _move_kubelet(
         return format_path([*move.parts, *parts])
 
     schema = "karpenter.k8s.aws/v1 EC2NodeClass kubelet"
-    kubelet = _clean(move.kubelet, KubeletConfiguration, (), schema, move.source, at, notes)
+    kubelet = clean(move.kubelet, KubeletConfiguration, (), schema, move.source, at, notes)
     nodeclass["spec"]["kubelet"] = kubelet
     try:
         parse_nodeclass(nodeclass, source=source)
@@ -402,9 +304,9 @@ def _move_kubelet(
 
 
 def _nodeclass(
-    doc: dict[str, Any], beta: bool, source: str, at: _At, notes: list[Note]
+    doc: dict[str, Any], beta: bool, source: str, at: At, notes: list[Note]
 ) -> dict[str, Any]:
-    doc = _copy(doc)
+    doc = copy_tree(doc)
     spec = doc.get("spec")
     if beta and isinstance(spec, dict) and "amiSelectorTerms" not in spec:
         family = spec.get("amiFamily")
@@ -416,7 +318,7 @@ def _nodeclass(
                 "from amiFamily (pin a version such as v20240807 for production)"
             )
             notes.append(Note(source, at("spec", "amiSelectorTerms"), message, "converted"))
-    cleaned = _clean_object(
+    cleaned = clean_object(
         doc, EC2NodeClass, "karpenter.k8s.aws/v1 EC2NodeClass", source, at, notes
     )
     cleaned["apiVersion"] = SPOTWRIGHT_API
@@ -424,7 +326,7 @@ def _nodeclass(
     return cleaned
 
 
-def _validated(check: typing.Callable[[], object], at: _At) -> None:
+def _validated(check: typing.Callable[[], object], at: At) -> None:
     """Run ``check``; its problems' paths get the object's place in the file in front."""
     try:
         check()
@@ -435,166 +337,3 @@ def _validated(check: typing.Callable[[], object], at: _At) -> None:
             for p in exc.problems
         ]
         raise ScenarioError(exc.source, problems) from None
-
-
-# ---------------------------------------------------------------------------------------
-# Keeping the fields the model knows, noting the others
-
-
-def _clean_object(
-    doc: dict[str, Any],
-    model: type[BaseModel],
-    schema: str,
-    source: str,
-    at: _At,
-    notes: list[Note],
-) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key in ("apiVersion", "kind", "metadata", "spec"):
-        if key in doc:
-            out[key] = doc[key]
-    if isinstance(out.get("metadata"), dict):
-        out["metadata"] = _clean_metadata(out["metadata"], source, at, notes)
-    if isinstance(out.get("spec"), dict):
-        spec_type = _field_model(model, "spec")
-        assert spec_type is not None
-        out["spec"] = _clean(out["spec"], spec_type, ("spec",), schema, source, at, notes)
-    for key in doc:
-        if key in out:
-            continue
-        if key == "status":
-            notes.append(Note(source, at("status"), "written by the controller, not configuration"))
-        else:
-            notes.append(
-                Note(
-                    source,
-                    at(key),
-                    _unknown(key, ["apiVersion", "kind", "metadata", "spec"], schema),
-                )
-            )
-    return out
-
-
-def _clean_metadata(
-    meta: dict[str, Any], source: str, at: _At, notes: list[Note]
-) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in meta.items():
-        if key in ("name", "namespace", "labels"):
-            out[key] = value
-        elif key == "annotations" and isinstance(value, dict):
-            kept = {}
-            for name, text in value.items():
-                if name in _SERVER_ANNOTATIONS:
-                    where = at("metadata", "annotations", name)
-                    notes.append(Note(source, where, "written by kubectl or a controller"))
-                else:
-                    kept[name] = text
-            if kept:
-                out["annotations"] = kept
-        elif key == "annotations":
-            out[key] = value  # let validation say what is wrong with it
-        elif key in _SERVER_METADATA:
-            notes.append(Note(source, at("metadata", key), "written by the API server"))
-        else:
-            known = ["name", "namespace", "labels", "annotations"]
-            notes.append(Note(source, at("metadata", key), _unknown(key, known, "object metadata")))
-    return out
-
-
-def _clean(
-    data: dict[str, Any],
-    model: type[BaseModel],
-    path: tuple[str | int, ...],
-    schema: str,
-    source: str,
-    at: _At,
-    notes: list[Note],
-) -> dict[str, Any]:
-    fields = {f.alias or name: f for name, f in model.model_fields.items()}
-    unsupported = _UNSUPPORTED.get(model, {})
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        here = (*path, key)
-        f = fields.get(key) if isinstance(key, str) else None
-        if f is None:
-            if key in unsupported:
-                notes.append(
-                    Note(source, at(*here), f"not supported by spotwright: {unsupported[key]}")
-                )
-            elif model is Limits:
-                notes.append(
-                    Note(source, at(*here), f"not supported by spotwright: {_LIMITS_NOTE}")
-                )
-            else:
-                notes.append(Note(source, at(*here), _unknown(str(key), list(fields), schema)))
-            continue
-        inner = _model_of(f.annotation)
-        if inner is not None and isinstance(value, dict):
-            value = _clean(value, inner, here, schema, source, at, notes)
-        elif inner is not None and _is_list(f.annotation) and isinstance(value, list):
-            value = [
-                _clean(item, inner, (*here, i), schema, source, at, notes)
-                if isinstance(item, dict)
-                else item
-                for i, item in enumerate(value)
-            ]
-        out[key] = value
-    return out
-
-
-def _unknown(key: str, known: list[str], schema: str) -> str:
-    close = difflib.get_close_matches(key, known, n=1, cutoff=0.75)
-    hint = f"; did you mean {close[0]}?" if close else ""
-    return f"unknown field: {schema} has no {key!r}{hint}"
-
-
-def _field_model(model: type[BaseModel], name: str) -> type[BaseModel] | None:
-    return _model_of(model.model_fields[name].annotation)
-
-
-def _model_of(annotation: Any) -> type[BaseModel] | None:
-    """The pydantic model inside ``annotation`` (``X``, ``X | None``, ``list[X]``), if any."""
-    for candidate in _unwrap(annotation):
-        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
-            return candidate
-    return None
-
-
-def _is_list(annotation: Any) -> bool:
-    return any(typing.get_origin(a) is list for a in _members(annotation))
-
-
-def _members(annotation: Any) -> Iterator[Any]:
-    origin = typing.get_origin(annotation)
-    if origin is typing.Annotated:
-        yield from _members(typing.get_args(annotation)[0])
-    elif origin in (typing.Union, type(int | str)):
-        for arg in typing.get_args(annotation):
-            yield from _members(arg)
-    else:
-        yield annotation
-
-
-def _unwrap(annotation: Any) -> Iterator[Any]:
-    for member in _members(annotation):
-        if typing.get_origin(member) is list:
-            yield from _members(typing.get_args(member)[0])
-        else:
-            yield member
-
-
-def _dig(data: Any, *keys: str) -> Any:
-    for key in keys:
-        if not isinstance(data, dict):
-            return None
-        data = data.get(key)
-    return data
-
-
-def _copy(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _copy(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_copy(v) for v in value]
-    return value

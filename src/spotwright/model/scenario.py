@@ -40,6 +40,7 @@ from spotwright.model.fields import (
     unknown_instance_type,
     unknown_zone,
 )
+from spotwright.model.nodegroup import NodeGroup, check_nodegroup
 from spotwright.model.nodepool import NodePool, check_nodepool
 from spotwright.model.objects import Deployment, PodDisruptionBudget
 from spotwright.model.workloads import (
@@ -245,7 +246,10 @@ class ScenarioSpec(ConfigModel):
     zones: list[str] | None = Field(default=None, min_length=1)
     duration: Duration = Field(gt=0)
     seed: StrictInt = 1
-    node_pools: list[NodePool] = Field(min_length=1)
+    #: At least one NodePool or one node group (checked in ``_check``).
+    node_pools: list[NodePool] = Field(default_factory=list)
+    #: eksctl ``nodeGroups[]`` items: fixed-size mixed on-demand/spot groups.
+    node_groups: list[NodeGroup] = Field(default_factory=list)
     workloads: list[Workload] = Field(default_factory=list)
     market: Market = Field(default_factory=Market)
     events: list[EventSpec] = Field(default_factory=list)
@@ -301,6 +305,10 @@ class Scenario:
     @property
     def nodepools(self) -> list[NodePool]:
         return list(self.document.spec.node_pools)
+
+    @property
+    def nodegroups(self) -> list[NodeGroup]:
+        return list(self.document.spec.node_groups)
 
     @property
     def market(self) -> Market:
@@ -397,6 +405,19 @@ def _check(document: ScenarioDocument, zones: Sequence[str], catalog: CatalogLik
             )
         pool_names.add(pool.name)
         problems += check_nodepool(pool, zones=zones, catalog=catalog, prefix=prefix)
+
+    if not spec.node_pools and not spec.node_groups:
+        message = "expected at least one NodePool in nodePools or one group in nodeGroups"
+        problems.append(Problem("spec", message + ", got neither"))
+    group_names: set[str] = set()
+    for index, group in enumerate(spec.node_groups):
+        prefix = ("spec", "nodeGroups", index)
+        if group.name in group_names or group.name in pool_names:
+            what = "node group" if group.name in group_names else "NodePool"
+            message = f"expected a name no other node group or NodePool has, got {show(group.name)}"
+            problems.append(Problem(format_path([*prefix, "name"]), f"{message} ({what})"))
+        group_names.add(group.name)
+        problems += check_nodegroup(group, zones=zones, catalog=catalog, prefix=prefix)
 
     problems += check_workloads(spec.workloads, ("spec", "workloads"))
     workloads = list(

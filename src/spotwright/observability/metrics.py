@@ -62,6 +62,23 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.receipt_to_taint = Histogram(
+            "spotwright_interruption_receipt_to_taint_seconds",
+            "From an interruption message's receipt to its node's taint",
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30),
+            registry=r,
+        )
+        self.messages_held = Gauge(
+            "spotwright_interruption_messages_in_flight",
+            "Messages kept in flight until their action is over",
+            registry=r,
+        )
+        self.termination_errors = Counter(
+            "spotwright_termination_errors",
+            "Node-claim terminations that failed and were started again, by error",
+            ["reason"],
+            registry=r,
+        )
         self.actions = Counter(
             "spotwright_interruption_actions_performed",
             "Actions taken on a node because of an interruption signal",
@@ -83,6 +100,18 @@ class Metrics:
             "spotwright_nodes_drained",
             "Nodes drained, by outcome (before_deadline, deadline_exceeded)",
             ["result"],
+            registry=r,
+        )
+        self.nodegroup_nodes = Gauge(
+            "spotwright_nodegroup_nodes",
+            "Live node claims of a node group, by capacity type",
+            ["nodegroup", "capacity_type"],
+            registry=r,
+        )
+        self.nodegroup_target = Gauge(
+            "spotwright_nodegroup_target_nodes",
+            "Nodes a node group wants, by capacity type (its on-demand/spot split)",
+            ["nodegroup", "capacity_type"],
             registry=r,
         )
         self.drain_duration = Histogram(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -26,4 +27,14 @@ class MessageQueue(Protocol):
 
     async def release(self, message: Message) -> None:
         """Make the message visible again now, for another consumer (not ours to handle)."""
+        ...
+
+    async def extend(self, messages: Sequence[Message], seconds: float) -> list[Message]:
+        """Keep these messages in flight (invisible) for ``seconds`` more, from now.
+
+        A message stays in flight while its action runs, so that it is delivered again if
+        this process dies before the action is over. Returns the messages that could not
+        be kept: their receipt is no longer valid (the visibility ran out and the message
+        went back to the queue, or it was deleted).
+        """
         ...

@@ -84,6 +84,7 @@ class Candidates:
         "_anchor",
         "_frontier",
         "_per_pod",
+        "_rates",
         "_values",
         "_zc",
         "max_alloc",
@@ -102,6 +103,7 @@ class Candidates:
         self._values: dict[str, frozenset[str]] = {}
         self._zc: dict[int, tuple[set[str], set[str]]] = {}
         self._per_pod: dict[Vec, tuple[float, tuple[tuple[float, Vec], ...]]] = {}
+        self._rates: tuple[float, float] | None = None
         self.max_alloc = tuple(max((t.alloc[d] for t in self.types), default=0) for d in range(5))
 
     def zones_and_capacity(self, i: int) -> tuple[set[str], set[str]]:
@@ -172,6 +174,20 @@ class Candidates:
             found = (lowest, types)
         self._per_pod[need] = found
         return found
+
+    def unit_rates(self) -> tuple[float, float]:
+        """Half the lowest price per millicore and per byte among these types.
+
+        A node's price split evenly between its CPU and its memory, at the best rates on
+        offer: a pod's CPU and memory at these rates is what it covers of a node's price
+        where both resources are used.
+        """
+        if self._rates is None:
+            pairs = list(zip(self.types, self.prices, strict=True))
+            per_cpu = min((p / t.cap[0] for t, p in pairs), default=0.0)
+            per_mem = min((p / t.cap[1] for t, p in pairs), default=0.0)
+            self._rates = (per_cpu / 2, per_mem / 2)
+        return self._rates
 
     def frontier(self, max_price: float) -> tuple[Vec, ...]:
         """Capacities of the undominated types priced at most ``max_price``.

@@ -3,9 +3,10 @@
 Manifests written for an EKS managed node group select spot nodes with
 ``eks.amazonaws.com/capacityType: SPOT``; those written for eksctl's mixed node groups use
 ``lifecycle: Ec2Spot``. spotwright's nodes carry both labels next to
-``karpenter.sh/capacity-type`` (``compat_labels``), and the scheduler reads a pod's
-selector or affinity on either key as a requirement on the capacity type
-(``normalise``), so such pods keep scheduling, on new capacity and on existing nodes.
+``karpenter.sh/capacity-type`` (``compat_labels``, applied by ``model.nodes``), and the
+scheduler reads a pod's selector or affinity on either key as a requirement on the
+capacity type (``normalise``), so such pods keep scheduling, on new capacity and on
+existing nodes.
 
 Reserved capacity (capacity reservations) is on-demand capacity to these tools, so
 ``ON_DEMAND`` and ``OnDemand`` allow both on-demand and reserved offerings, and reserved
@@ -22,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from spotwright.model import labels as wk
+from spotwright.model.nodes import EKS_CAPACITY_TYPE, EKSCTL_LIFECYCLE, compat_labels
 
 __all__ = [
     "EKSCTL_LIFECYCLE",
@@ -30,9 +32,6 @@ __all__ = [
     "compat_labels",
     "normalise",
 ]
-
-EKS_CAPACITY_TYPE = "eks.amazonaws.com/capacityType"
-EKSCTL_LIFECYCLE = "lifecycle"
 
 #: Foreign value -> the Karpenter capacity types it allows.
 _EKS_VALUES = {
@@ -44,17 +43,6 @@ _EKSCTL_VALUES = {
     "OnDemand": (wk.ON_DEMAND, wk.RESERVED),
 }
 _FOREIGN = {EKS_CAPACITY_TYPE: _EKS_VALUES, EKSCTL_LIFECYCLE: _EKSCTL_VALUES}
-
-_LABELS = {
-    wk.SPOT: {EKS_CAPACITY_TYPE: "SPOT", EKSCTL_LIFECYCLE: "Ec2Spot"},
-    wk.ON_DEMAND: {EKS_CAPACITY_TYPE: "ON_DEMAND", EKSCTL_LIFECYCLE: "OnDemand"},
-    wk.RESERVED: {EKS_CAPACITY_TYPE: "ON_DEMAND", EKSCTL_LIFECYCLE: "OnDemand"},
-}
-
-
-def compat_labels(capacity_type: str) -> dict[str, str]:
-    """The EKS and eksctl labels a node of ``capacity_type`` carries (empty if unknown)."""
-    return dict(_LABELS.get(capacity_type, {}))
 
 
 def normalise(key: str, operator: str, values: Iterable[str]) -> tuple[str, tuple[str, ...]]:

@@ -41,6 +41,7 @@ from spotwright.scheduling.state import (
 )
 from spotwright.scheduling.taints import tolerates, untolerated_prefer_no_schedule
 from spotwright.scheduling.topology import PodTopology, Topology
+from spotwright.scheduling.zonal import defer_zonal, release, zonal_key
 
 __all__ = ["schedule"]
 
@@ -240,10 +241,17 @@ class _Scheduler:
                 if left:
                     deferred.append(Entry(g, v, prof, left))
                 continue
-            left = self.place_group(g, g.pods)
+            key = zonal_key(prof)
+            left = g.pods
+            if key is not None:
+                # zonal rules only: the zone now, the node in the packing pass
+                entries, left = defer_zonal(self, g, v, prof, key, g.pods)
+                deferred.extend(entries)
+            left = self.place_group(g, left) if left else left
             if left:
                 failed.append((g, left))
         for entry in fill_deferred(self, deferred):
+            release(entry)
             left = self.place_group(entry.group, entry.pods[entry.done :])
             if left:
                 failed.append((entry.group, left))
@@ -319,7 +327,7 @@ class _Scheduler:
             k = min(room(node.free, _ZERO, req), n - i)
             if k <= 0:
                 continue
-            self._to_node(node, pods[i : i + k], req, k)
+            self.to_node(node, pods[i : i + k], req, k)
             self.record(prof, k, node.host, node)
             i += k
         if existing_only:
@@ -371,7 +379,7 @@ class _Scheduler:
                     and room(node.free, _ZERO, req) >= 1
                     and pt.node_ok(node.host, node.cap.labels)
                 ):
-                    self._to_node(node, [pod], req, 1)
+                    self.to_node(node, [pod], req, 1)
                     self.record(prof, 1, node.host, node)
                     placed = True
                     break
@@ -475,7 +483,7 @@ class _Scheduler:
                 return claim
         return None
 
-    def _to_node(self, node: NodeState, pods: list[Pod], req: Vec, k: int) -> None:
+    def to_node(self, node: NodeState, pods: list[Pod], req: Vec, k: int) -> None:
         node.free = plus(node.free, req, -k)
         for pod in pods:
             self.plan.existing[pod.key] = node.cap.name

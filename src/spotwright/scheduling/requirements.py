@@ -24,7 +24,7 @@ from spotwright.scheduling.compat import (
     normalise,
 )
 
-__all__ = ["KeyRequirement", "Requirements", "canonical_key"]
+__all__ = ["KeyRequirement", "Requirements", "canonical_key", "min_values_shortfall"]
 
 _ALIASED_BY: dict[str, tuple[str, ...]] = {}
 for _alias, _canonical in wk.ALIASES.items():
@@ -320,3 +320,34 @@ class Requirements(Mapping[str, KeyRequirement]):
         for key in sorted(self._keys):
             out.extend(self._keys[key].to_terms(key))
         return tuple(out)
+
+
+def min_values_shortfall(
+    terms: Iterable[NodeSelectorRequirement], labels: Iterable[Mapping[str, str]]
+) -> str | None:
+    """Which ``minValues`` the candidate instance types (given by their labels) break.
+
+    A NodePool that asks for ``instance-family`` with ``minValues: 3`` wants every claim
+    flexible across at least three families, so a spot shortage in one cannot strand it.
+    Returns None when every floor holds, else a sentence naming the first one that does
+    not. Only keys the instance types themselves carry are counted.
+    """
+    floors = [(canonical_key(t.key), t.min_values) for t in terms if t.min_values]
+    if not floors:
+        return None
+    seen: dict[str, set[str]] = {key: set() for key, _ in floors}
+    carried: set[str] = set()
+    for type_labels in labels:
+        for key, values in seen.items():
+            value = type_labels.get(key)
+            if value is not None:
+                values.add(value)
+                carried.add(key)
+    for key, floor in floors:
+        if key in carried and len(seen[key]) < floor:
+            found = len(seen[key])
+            return (
+                f"minValues {floor} for {key} not met: the instance types that fit "
+                f"offer {found} value{'' if found == 1 else 's'}"
+            )
+    return None

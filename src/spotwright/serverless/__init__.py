@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from spotwright.controllers.context import Context, Settings
-from spotwright.controllers.interruption import (
+from spotwright.controllers.lifecycle import (
     DrainTimedOut,
     bounded,
     cordon_and_drain,

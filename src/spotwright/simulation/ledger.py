@@ -3,16 +3,18 @@
 The ledger watches the in-memory cluster through its observer hooks: time-weighted ready
 replicas over desired replicas (availability), how long pods waited to be scheduled, how long
 the pods of an interrupted node took to be ready elsewhere, and which pods were lost (killed
-without a completed graceful eviction).
+without a completed graceful eviction). For node groups it keeps each group's nodes by
+capacity type and how long the group had at least its target split up.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 
 from spotwright.model.objects import Pod
 
-__all__ = ["Ledger", "percentile"]
+__all__ = ["GroupBooks", "Ledger", "percentile"]
 
 
 def percentile(values: list[float], pct: float) -> float:
@@ -22,6 +24,31 @@ def percentile(values: list[float], pct: float) -> float:
     ordered = sorted(values)
     rank = max(1, math.ceil(pct / 100 * len(ordered)))
     return ordered[rank - 1]
+
+
+@dataclass
+class GroupBooks:
+    """One node group's nodes by capacity type, against the split it should have."""
+
+    target: dict[str, int]
+    nodes: dict[str, int] = field(default_factory=dict)
+    launched: dict[str, int] = field(default_factory=dict)
+    at_target_seconds: float = 0.0
+    seconds: float = 0.0
+    since: float | None = None
+
+    def at_target(self) -> bool:
+        return all(self.nodes.get(ct, 0) >= want for ct, want in self.target.items())
+
+    def advance(self, now: float) -> None:
+        if self.since is not None and now > self.since:
+            self.seconds += now - self.since
+            if self.at_target():
+                self.at_target_seconds += now - self.since
+        self.since = now
+
+    def at_target_pct(self) -> float:
+        return 100.0 * self.at_target_seconds / self.seconds if self.seconds > 0 else 0.0
 
 
 class Ledger:
@@ -39,6 +66,7 @@ class Ledger:
         self.recovery: list[float] = []
         self.evicted = 0
         self.lost = 0
+        self.groups: dict[str, GroupBooks] = {}
 
     # -- availability -------------------------------------------------------------
     def _advance(self, now: float) -> None:
@@ -55,6 +83,22 @@ class Ledger:
         if self._desired_area <= 0:
             return 100.0
         return 100.0 * self._ready_area / self._desired_area
+
+    # -- node groups -------------------------------------------------------------------
+    def track_group(self, name: str, target: dict[str, int], now: float) -> None:
+        self.groups[name] = GroupBooks(target=dict(target), since=now)
+
+    def group_nodes(self, name: str, nodes: dict[str, int], now: float) -> None:
+        """The group now has ``nodes`` up, by capacity type."""
+        books = self.groups.get(name)
+        if books is not None:
+            books.advance(now)
+            books.nodes = dict(nodes)
+
+    def group_launched(self, name: str, capacity_type: str) -> None:
+        books = self.groups.get(name)
+        if books is not None:
+            books.launched[capacity_type] = books.launched.get(capacity_type, 0) + 1
 
     # -- interruption bookkeeping -----------------------------------------------------
     def notice(self, node_name: str, now: float) -> None:
@@ -105,3 +149,5 @@ class Ledger:
         """Count pods that never got a node up to the end of the run."""
         for created in self._created.values():
             self.max_pending = max(self.max_pending, now - created)
+        for books in self.groups.values():
+            books.advance(now)

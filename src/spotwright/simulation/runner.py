@@ -27,6 +27,7 @@ from spotwright.controllers import (
     Settings,
     Terminator,
 )
+from spotwright.controllers.nodegroups import NodeGroupController, group_target
 from spotwright.model.scenario import (
     CapacityEvent,
     InterruptEvent,
@@ -37,7 +38,7 @@ from spotwright.model.scenario import (
 from spotwright.observability.logs import get_logger
 from spotwright.observability.metrics import Metrics
 from spotwright.ports.clock import LoopClock
-from spotwright.simulation.ledger import percentile
+from spotwright.simulation.ledger import Ledger, percentile
 from spotwright.simulation.world import SimWorld
 
 __all__ = ["EPOCH", "Progress", "simulate"]
@@ -103,6 +104,17 @@ async def _run(
         GarbageCollector(ctx).run(),
         world.market.run(),
     ]
+    if scenario.nodegroups:
+        world.track_groups(
+            {
+                group.name: {
+                    "on-demand": group_target(group).on_demand,
+                    "spot": group_target(group).spot,
+                }
+                for group in scenario.nodegroups
+            }
+        )
+        controllers.append(NodeGroupController(ctx, scenario.nodegroups).run())
     tasks = [asyncio.create_task(c) for c in controllers]
     await asyncio.sleep(0)
     log.info(
@@ -250,7 +262,24 @@ def _summary(
             "recovery_p99_seconds": round(percentile(ledger.recovery, 99), 3),
         },
         "availability_pct": round(ledger.availability_pct(now), 3),
-    }
+    } | _groups(scenario, ledger)
+
+
+def _groups(scenario: Scenario, ledger: Ledger) -> dict[str, Any]:
+    """The ``node_groups`` part of the summary; absent when the scenario has none."""
+    if not scenario.nodegroups:
+        return {}
+    out: dict[str, Any] = {}
+    for group in scenario.nodegroups:
+        books = ledger.groups[group.name]
+        out[group.name] = {
+            "desired": group.desired,
+            "target": dict(books.target),
+            "nodes": {ct: books.nodes.get(ct, 0) for ct in ("on-demand", "spot")},
+            "launched": {ct: books.launched.get(ct, 0) for ct in ("on-demand", "spot")},
+            "at_target_pct": round(books.at_target_pct(), 3),
+        }
+    return {"node_groups": out}
 
 
 def _totals(counter: Counter, label: str) -> dict[str, int]:

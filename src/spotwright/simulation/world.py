@@ -3,7 +3,7 @@
 The world plays the parts that are not ours to write in production: EC2 (the simulated
 market), the kubelet joining a node when its instance has booted, the node disappearing when
 its instance is gone, and EventBridge delivering the market's notices into the queue. It
-also keeps the books a user sees at the end of a run.
+also keeps the books a user sees at the end of a run, node groups' nodes included.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from spotwright.adapters.memory_cluster import MemoryCluster
 from spotwright.adapters.memory_queue import MemoryQueue
 from spotwright.adapters.sim_market import SimulatedMarket
 from spotwright.catalog import InstanceType
+from spotwright.model import labels as wk
+from spotwright.model.nodegroup import NODEGROUP_LABEL
 from spotwright.model.nodes import node_for_instance
 from spotwright.ports.clock import Clock
 from spotwright.ports.cloud import Instance
@@ -67,6 +69,22 @@ class SimWorld:
         self.drained_before_deadline = 0
         self.lost_before_drained = 0
         self._noticed: set[str] = set()
+        #: Node groups whose nodes are counted, and the group each node belongs to.
+        self._group_of: dict[str, str] = {}
+
+    def track_groups(self, targets: Mapping[str, Mapping[str, int]]) -> None:
+        """Count the nodes of these groups (name -> target nodes by capacity type)."""
+        for name, target in targets.items():
+            self.ledger.track_group(name, dict(target), self.clock.now())
+            self._count_group(name)
+
+    def _count_group(self, group: str) -> None:
+        nodes: dict[str, int] = {wk.ON_DEMAND: 0, wk.SPOT: 0}
+        for node in self.cluster.nodes():
+            if node.labels.get(NODEGROUP_LABEL) == group:
+                ct = node.labels.get(wk.CAPACITY_TYPE, wk.SPOT)
+                nodes[ct] = nodes.get(ct, 0) + 1
+        self.ledger.group_nodes(group, nodes, self.clock.now())
 
     # -- EC2 -> kubelet ---------------------------------------------------------------
     def _on_running(self, instance: Instance) -> None:
@@ -87,6 +105,11 @@ class SimWorld:
         self.running += 1
         self.peak_nodes = max(self.peak_nodes, self.running)
         self.cluster.register_node(node)
+        group = node.labels.get(NODEGROUP_LABEL)
+        if group is not None and group in self.ledger.groups:
+            self._group_of[name] = group
+            self.ledger.group_launched(group, instance.capacity_type)
+            self._count_group(group)
 
     def _on_terminated(self, instance: Instance, reason: str) -> None:
         name = self._node_of.pop(instance.id, None)
@@ -101,6 +124,9 @@ class SimWorld:
                 self.drained_before_deadline += 1
             self._noticed.discard(instance.id)
         self.cluster.node_lost(name)
+        group = self._group_of.pop(name, None)
+        if group is not None:
+            self._count_group(group)
 
     # -- EventBridge -> SQS ---------------------------------------------------------------
     def _publish(self, event: dict[str, Any]) -> None:

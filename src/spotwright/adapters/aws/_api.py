@@ -6,12 +6,16 @@ so clients are created once, up front. Around the call:
 
 * a client-side token bucket (``TokenBucket``) keeps a burst of launches under EC2's request
   rate limits instead of provoking them;
-* throttling (``RequestLimitExceeded``, ``Throttling`` and kin), 5xx answers and dropped
-  connections are retried with capped, jittered exponential backoff, so one throttled call
+* throttling (``RequestLimitExceeded``, ``Throttling`` and kin), 5xx answers, dropped
+  connections and answers that arrive malformed (cut short, failing their checksum, or
+  not parseable, which botocore raises as ``ResponseParserError``, a plain ``Exception``
+  outside its own hierarchy, e.g. when a proxy or an overloaded endpoint answers with an
+  HTML page) are retried with capped, jittered exponential backoff, so one bad answer
   delays a batch of launches instead of failing it. botocore's own retries are switched
   off in the clients made here (``make_client``), so there is exactly one retry policy;
-* whatever still fails is raised as the port's ``CloudError`` carrying the AWS error code,
-  never as a botocore exception.
+* whatever still fails is raised as the port's ``CloudError`` carrying the AWS error code
+  (for a failure without one, the botocore exception's class name), never as a botocore
+  exception.
 
 Only operations declared in ``_operations.OPERATIONS`` may be called; that is what keeps the
 generated IAM policy complete. All waiting goes through the injected Clock.
@@ -27,6 +31,7 @@ from typing import Any, Final
 import boto3  # type: ignore[import-untyped]
 import botocore.config  # type: ignore[import-untyped]
 import botocore.exceptions  # type: ignore[import-untyped]
+import botocore.parsers  # type: ignore[import-untyped]
 from botocore import xform_name
 
 from spotwright.adapters.aws._operations import is_declared
@@ -61,6 +66,15 @@ THROTTLING_CODES: Final = frozenset(
 #: Server-side failures that a later attempt usually gets past.
 SERVER_ERROR_CODES: Final = frozenset(
     {"InternalError", "InternalFailure", "ServiceUnavailable", "Unavailable", "ServerInternal"}
+)
+#: Failures on the way, not answers from AWS: a later attempt usually gets past them.
+#: ``ResponseParserError`` is not a ``BotoCoreError``; the others are.
+_TRANSIENT_ERRORS: Final = (
+    botocore.exceptions.ConnectionError,
+    botocore.exceptions.HTTPClientError,  # incl. read timeouts, streams cut short
+    botocore.exceptions.IncompleteReadError,
+    botocore.exceptions.ChecksumError,
+    botocore.parsers.ResponseParserError,
 )
 
 
@@ -138,12 +152,7 @@ def _retryable(exc: BaseException) -> bool:
         code = error_code(exc)
         status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
         return code in THROTTLING_CODES or code in SERVER_ERROR_CODES or int(status) >= 500
-    return isinstance(
-        exc,
-        botocore.exceptions.ConnectionError
-        | botocore.exceptions.HTTPClientError
-        | botocore.exceptions.ReadTimeoutError,
-    )
+    return isinstance(exc, _TRANSIENT_ERRORS)
 
 
 def _to_cloud_error(exc: BaseException) -> CloudError:
@@ -185,7 +194,11 @@ class AwsCaller:
                 await self._limiter.acquire()
             try:
                 response: dict[str, Any] = await asyncio.to_thread(method, **params)
-            except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError) as exc:
+            except (
+                botocore.exceptions.ClientError,
+                botocore.exceptions.BotoCoreError,
+                botocore.parsers.ResponseParserError,
+            ) as exc:
                 attempt += 1
                 if not _retryable(exc) or attempt >= self._retry.attempts:
                     raise _to_cloud_error(exc) from exc

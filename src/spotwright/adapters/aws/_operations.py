@@ -176,6 +176,10 @@ OPERATIONS: Final[Mapping[tuple[str, str], tuple[Grant, ...]]] = {
     ("sqs", "ChangeMessageVisibility"): (
         Grant("InterruptionQueue", ("sqs:ChangeMessageVisibility",), (_QUEUE,)),
     ),
+    # Keeping messages in flight while their drain runs; authorized as the single call.
+    ("sqs", "ChangeMessageVisibilityBatch"): (
+        Grant("InterruptionQueue", ("sqs:ChangeMessageVisibility",), (_QUEUE,)),
+    ),
     # Auto Scaling terminate hooks: keep them open while draining, then let the group go on
     ("autoscaling", "RecordLifecycleActionHeartbeat"): _lifecycle(
         "autoscaling:RecordLifecycleActionHeartbeat"
@@ -188,7 +192,7 @@ OPERATIONS: Final[Mapping[tuple[str, str], tuple[Grant, ...]]] = {
 # ``spotwright interrupt --to fis`` (adapters/aws/fis.py) is run by a person or a CI job, not
 # by the controller, and the controller never calls FIS or changes IAM; so these operations
 # are kept out of OPERATIONS and out of deploy/iam-policy.json. They make their own policy,
-# deploy/iam-policy-interrupter.json (``python -m spotwright.adapters.aws.fis --out ...``).
+# deploy/iam-policy-interrupter.json (``iam_policy --interrupter``).
 # ``${FisRoleName}`` is the experiment role the interrupter creates or reuses (--role-name).
 
 #: The tag on everything the interrupter creates (role, templates, experiments).

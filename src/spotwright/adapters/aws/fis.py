@@ -24,27 +24,33 @@ FIS sends the rebalance recommendation when the action starts and the interrupti
 ``delay`` seconds later; EC2 interrupts the instances two minutes after the notice.
 
 These operations are declared as interrupter-only (``_operations.INTERRUPTER_OPERATIONS``):
-the controller never calls them, so its policy does not grant them. This module writes the
-interrupter's own policy, checked in as ``deploy/iam-policy-interrupter.json``::
-
-    python -m spotwright.adapters.aws.fis --out deploy/iam-policy-interrupter.json
+the controller never calls them, so its policy does not grant them. The interrupter's own
+policy, checked in as ``deploy/iam-policy-interrupter.json``, is generated next to the
+controller's, by ``python -m spotwright.adapters.aws.iam_policy --interrupter``. The
+requests and policy documents themselves are built in ``_fis_documents``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final
-from urllib.parse import unquote
 
 from spotwright.adapters.aws._api import AwsCaller, RetryPolicy, make_client
-from spotwright.adapters.aws._operations import INTERRUPTER_OPERATIONS, INTERRUPTER_TAG
+from spotwright.adapters.aws._fis_documents import (
+    ACTION_ID,
+    FIS_PRINCIPAL,
+    TAGS,
+    SpotInstance,
+    is_ours,
+    role_policy,
+    template_request,
+    trust_policy,
+    trusts_fis,
+)
 from spotwright.model.durations import format_duration
 from spotwright.observability.logs import get_logger
 from spotwright.ports.clock import Clock
@@ -61,23 +67,15 @@ __all__ = [
     "FisOutcome",
     "SpotInstance",
     "duration_before_interruption",
-    "interrupter_policy_json",
     "template_request",
 ]
 
 log = get_logger("aws.fis")
 
-ACTION_ID: Final = "aws:ec2:send-spot-instance-interruptions"
-RESOURCE_TYPE: Final = "aws:ec2:spot-instance"
-#: The name under which the action expects its targets.
-ACTION_TARGET: Final = "SpotInstances"
-#: FIS's default quota of spot instances per target of this action.
-INSTANCES_PER_TARGET: Final = 5
 #: The notice comes this long before the interruption.
 NOTICE_SECONDS: Final = 120
 #: durationBeforeInterruption goes from PT2M to PT15M, so the delay up to 13 minutes.
 MAX_DELAY_SECONDS: Final = 13 * 60
-FIS_PRINCIPAL: Final = "fis.amazonaws.com"
 DEFAULT_ROLE_NAME: Final = "spotwright-fis-spot-interrupter"
 ROLE_POLICY_NAME: Final = "spotwright-send-spot-interruptions"
 #: How often the experiment is looked at (as ec2-spot-interrupter does).
@@ -86,8 +84,6 @@ POLL_SECONDS: Final = 5.0
 ROLE_PROPAGATION_SECONDS: Final = 10.0
 #: States an experiment does not leave.
 TERMINAL_STATES: Final = frozenset({"completed", "stopped", "failed", "cancelled"})
-_TAGS: Final = {INTERRUPTER_TAG[0]: INTERRUPTER_TAG[1], "Name": "spotwright-interrupt"}
-_DESCRIPTION_LIMIT: Final = 512
 
 
 class FisInputError(ValueError):
@@ -96,16 +92,6 @@ class FisInputError(ValueError):
 
 class FisError(Exception):
     """AWS could not be reached or refused a call; the text says which step and why."""
-
-
-@dataclass(frozen=True, slots=True)
-class SpotInstance:
-    """A running spot instance, as checked before the experiment."""
-
-    instance_id: str
-    arn: str
-    instance_type: str
-    zone: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,82 +161,6 @@ def duration_before_interruption(delay: float) -> str:
     return f"PT{minutes}M" + (f"{rest}S" if rest else "")
 
 
-def template_request(
-    instances: Sequence[SpotInstance], *, role_arn: str, duration: str, client_token: str
-) -> dict[str, Any]:
-    """CreateExperimentTemplate's parameters: one target and one action per five instances."""
-    targets: dict[str, Any] = {}
-    actions: dict[str, Any] = {}
-    for number, start in enumerate(range(0, len(instances), INSTANCES_PER_TARGET)):
-        batch = instances[start : start + INSTANCES_PER_TARGET]
-        target = f"spotInstances{number}"
-        targets[target] = {
-            "resourceType": RESOURCE_TYPE,
-            "resourceArns": [instance.arn for instance in batch],
-            "selectionMode": "ALL",
-        }
-        actions[f"interrupt{number}"] = {
-            "actionId": ACTION_ID,
-            "description": "spot interruption of " + ", ".join(i.instance_id for i in batch),
-            "parameters": {"durationBeforeInterruption": duration},
-            "targets": {ACTION_TARGET: target},
-        }
-    description = f"spotwright interrupt: {duration} before interrupting " + ", ".join(
-        instance.instance_id for instance in instances
-    )
-    if len(description) > _DESCRIPTION_LIMIT:
-        description = description[: _DESCRIPTION_LIMIT - 3] + "..."
-    return {
-        "clientToken": client_token,
-        "description": description,
-        "roleArn": role_arn,
-        "stopConditions": [{"source": "none"}],
-        "targets": targets,
-        "actions": actions,
-        "tags": dict(_TAGS),
-    }
-
-
-def trust_policy(account_id: str) -> dict[str, Any]:
-    """The experiment role's trust: FIS, acting for experiments of this account only."""
-    return {
-        "Version": "2012-10-17",
-        "Statement": [
-            {
-                "Effect": "Allow",
-                "Principal": {"Service": FIS_PRINCIPAL},
-                "Action": "sts:AssumeRole",
-                "Condition": {"StringEquals": {"aws:SourceAccount": account_id}},
-            }
-        ],
-    }
-
-
-def role_policy(partition: str, account_id: str) -> dict[str, Any]:
-    """What the experiment role lets FIS do: send spot interruptions, describe instances.
-
-    The role is reused across runs (and may serve two runs at once), so it names every
-    instance of the account rather than this run's; DescribeInstances cannot be scoped.
-    """
-    return {
-        "Version": "2012-10-17",
-        "Statement": [
-            {
-                "Sid": "SendSpotInstanceInterruptions",
-                "Effect": "Allow",
-                "Action": "ec2:SendSpotInstanceInterruptions",
-                "Resource": f"arn:{partition}:ec2:*:{account_id}:instance/*",
-            },
-            {
-                "Sid": "DescribeInstances",
-                "Effect": "Allow",
-                "Action": "ec2:DescribeInstances",
-                "Resource": "*",
-            },
-        ],
-    }
-
-
 @contextmanager
 def _step(what: str) -> Iterator[None]:
     """Turn a refused or failed AWS call into a ``FisError`` saying what was being done."""
@@ -263,22 +173,6 @@ def _step(what: str) -> Iterator[None]:
                 "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
             ) from None
         raise FisError(f"cannot {what}: {exc.code}: {exc.message}") from None
-
-
-def _is_ours(tags: Sequence[Mapping[str, str]] | None) -> bool:
-    return any(
-        tag.get("Key") == INTERRUPTER_TAG[0] and tag.get("Value") == INTERRUPTER_TAG[1]
-        for tag in tags or ()
-    )
-
-
-def _trusts_fis(document: Any) -> bool:
-    if isinstance(document, str):  # the raw API URL-encodes it; boto3 usually decodes it
-        try:
-            document = json.loads(unquote(document))
-        except json.JSONDecodeError:
-            return False
-    return FIS_PRINCIPAL in json.dumps(document)
 
 
 class FisInterrupter:
@@ -429,7 +323,7 @@ class FisInterrupter:
                         RoleName=name,
                         AssumeRolePolicyDocument=json.dumps(trust_policy(account_id)),
                         Description="Lets AWS FIS send spot interruptions for spotwright interrupt",
-                        Tags=[{"Key": key, "Value": value} for key, value in _TAGS.items()],
+                        Tags=[{"Key": key, "Value": value} for key, value in TAGS.items()],
                     )
                 )["Role"]
                 created = True
@@ -441,8 +335,8 @@ class FisInterrupter:
                 role = await self._get_role(name)
                 if role is None:
                     raise FisError(f"the IAM role {name} exists but cannot be read") from None
-        elif not _is_ours(role.get("Tags")):
-            if not _trusts_fis(role.get("AssumeRolePolicyDocument")):
+        elif not is_ours(role.get("Tags")):
+            if not trusts_fis(role.get("AssumeRolePolicyDocument")):
                 raise FisInputError(
                     f"the IAM role {name} exists, is not spotwright's and does not let "
                     f"{FIS_PRINCIPAL} assume it; give another --role-name"
@@ -478,7 +372,7 @@ class FisInterrupter:
                     "StartExperiment",
                     clientToken=uuid.uuid4().hex,
                     experimentTemplateId=template_id,
-                    tags=dict(_TAGS),
+                    tags=dict(TAGS),
                 )
             )["experiment"]
         experiment_id = str(experiment["id"])
@@ -535,36 +429,3 @@ class FisInterrupter:
             return False
         self._say(f"experiment template {template_id}: deleted")
         return True
-
-
-# -- the interrupter's IAM policy ----------------------------------------------------------
-
-
-def interrupter_policy_json() -> str:
-    """The text of ``deploy/iam-policy-interrupter.json``, generated like the controller's."""
-    from spotwright.adapters.aws.iam_policy import policy_document
-
-    return json.dumps(policy_document(INTERRUPTER_OPERATIONS), indent=2) + "\n"
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m spotwright.adapters.aws.fis",
-        description=(
-            "Print or write the IAM policy `spotwright interrupt --to fis` needs "
-            "(placeholders: ${AWS::Partition}, ${AWS::Region}, ${AWS::AccountId}, "
-            "${FisRoleName})."
-        ),
-    )
-    parser.add_argument("--out", type=Path, help="write here instead of stdout")
-    args = parser.parse_args(argv)
-    text = interrupter_policy_json()
-    if args.out:
-        args.out.write_text(text, encoding="utf-8")
-    else:
-        sys.stdout.write(text)
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())

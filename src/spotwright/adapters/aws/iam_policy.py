@@ -13,6 +13,12 @@ is; ``render_policy`` fills them in for other tools. Regenerate it with::
     python -m spotwright.adapters.aws.iam_policy --out deploy/iam-policy.json
 
 and print a filled-in copy with ``--cluster NAME --account-id ID --region R ...``.
+
+``spotwright interrupt --to fis`` is run by a person or a CI job, not by the controller, so
+its operations (``_operations.INTERRUPTER_OPERATIONS``) make a separate policy, generated
+the same way with ``--interrupter`` and checked in as ``deploy/iam-policy-interrupter.json``.
+Its placeholders are ``${AWS::Partition}``, ``${AWS::Region}``, ``${AWS::AccountId}`` and
+``${FisRoleName}`` (the experiment role, ``--role-name``).
 """
 
 from __future__ import annotations
@@ -24,11 +30,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from spotwright.adapters.aws._operations import OPERATIONS, Grant, is_declared
+from spotwright.adapters.aws._operations import (
+    INTERRUPTER_OPERATIONS,
+    OPERATIONS,
+    Grant,
+    is_declared,
+)
 
 __all__ = [
     "OPERATIONS",
     "Grant",
+    "interrupter_policy_json",
     "is_declared",
     "policy_document",
     "policy_json",
@@ -75,6 +87,13 @@ def policy_json() -> str:
     return json.dumps(policy_document(), indent=2) + "\n"
 
 
+def interrupter_policy_json() -> str:
+    """The text of ``deploy/iam-policy-interrupter.json``: the policy of ``spotwright
+    interrupt --to fis``, kept apart from the controller's, which grants no FIS or IAM
+    writes."""
+    return json.dumps(policy_document(INTERRUPTER_OPERATIONS), indent=2) + "\n"
+
+
 def render_policy(
     *,
     cluster_name: str,
@@ -116,6 +135,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Print or write the IAM policy the spotwright AWS adapters need.",
     )
     parser.add_argument("--out", type=Path, help="write here instead of stdout")
+    parser.add_argument(
+        "--interrupter",
+        action="store_true",
+        help=(
+            "the policy of `spotwright interrupt --to fis` instead of the controller's "
+            "(placeholders: ${AWS::Partition}, ${AWS::Region}, ${AWS::AccountId}, "
+            "${FisRoleName})"
+        ),
+    )
     parser.add_argument("--cluster", help="fill in the placeholders for this cluster")
     parser.add_argument("--account-id", default="")
     parser.add_argument("--region", default="")
@@ -123,7 +151,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--queue", default="", help="interruption queue name")
     parser.add_argument("--partition", default="aws")
     args = parser.parse_args(argv)
-    if args.cluster:
+    if args.interrupter:
+        if args.cluster:
+            parser.error(
+                "--cluster fills in the controller's policy only; fill in the "
+                "--interrupter policy's placeholders as docs/interrupt.md shows"
+            )
+        text = interrupter_policy_json()
+    elif args.cluster:
         if not (args.account_id and args.region):
             parser.error("--cluster needs --account-id and --region")
         text = render_policy(

@@ -1,7 +1,8 @@
 """An SQS queue behind the MessageQueue port, for queue-mode interruption handling.
 
 EventBridge rules put EC2 and AWS Health events into the queue; the interruption controller
-long-polls it (up to 20 s, up to 10 messages), deletes a message once its action succeeded,
+long-polls it (up to 20 s, up to 10 messages), keeps a message in flight while its action
+runs (ChangeMessageVisibilityBatch, ten at a time), deletes it once the action is over,
 and releases messages that are not its own. Releasing makes the message visible again
 after ``release_delay`` seconds (ChangeMessageVisibility) rather than deleting it, so on a
 queue shared by several consumers nothing is lost; the queue's redrive policy, if it has
@@ -11,6 +12,7 @@ one, moves a message nobody handles to its dead-letter queue, as ``MemoryQueue``
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, Final
 
 from spotwright.adapters.aws._api import AwsCaller, RetryPolicy, make_client
@@ -26,6 +28,8 @@ log = get_logger("aws.sqs")
 #: SQS limits: a long poll waits at most 20 s and returns at most 10 messages.
 MAX_WAIT_SECONDS: Final = 20
 MAX_MESSAGES: Final = 10
+#: A message can be kept in flight at most 12 hours after its receipt.
+MAX_VISIBILITY_SECONDS: Final = 43200
 #: A receipt that is no longer valid (the message was redelivered or already deleted).
 _STALE_RECEIPT_CODES: Final = frozenset(
     {"ReceiptHandleIsInvalid", "InvalidParameterValue", "MessageNotInflight"}
@@ -105,3 +109,32 @@ class SqsQueue:
             if exc.code not in _STALE_RECEIPT_CODES:
                 raise
             log.debug("message receipt no longer valid", message_id=message.id, code=exc.code)
+
+    async def extend(self, messages: Sequence[Message], seconds: float) -> list[Message]:
+        """Keep in flight ``seconds`` more; returns those whose receipt went stale."""
+        timeout = max(0, min(MAX_VISIBILITY_SECONDS, math.ceil(seconds)))
+        lost: list[Message] = []
+        for start in range(0, len(messages), MAX_MESSAGES):
+            chunk = {str(n): m for n, m in enumerate(messages[start : start + MAX_MESSAGES])}
+            answer = await self._sqs.call(
+                "ChangeMessageVisibilityBatch",
+                QueueUrl=self.queue_url,
+                Entries=[
+                    {"Id": key, "ReceiptHandle": m.receipt, "VisibilityTimeout": timeout}
+                    for key, m in chunk.items()
+                ],
+            )
+            for failure in answer.get("Failed") or ():
+                message = chunk[str(failure.get("Id"))]
+                code = str(failure.get("Code", ""))
+                if code not in _STALE_RECEIPT_CODES:
+                    # Over the 12-hour limit, or SQS itself failing: the message returns
+                    # to the queue when its visibility ends, and is handled again then.
+                    log.warning(
+                        "could not keep message in flight",
+                        message_id=message.id,
+                        code=code,
+                        error=str(failure.get("Message", "")),
+                    )
+                lost.append(message)
+        return lost

@@ -246,20 +246,49 @@ class Api:
         resource = f"{kind.plural}/{subresource}" if subresource else kind.plural
         self.used.add(Permission(kind.group, resource, verb))
 
-    async def list(self, kind: ApiKind) -> tuple[list[dict[str, Any]], str]:
+    async def list(
+        self, kind: ApiKind, *, fields: Mapping[str, str] | None = None
+    ) -> tuple[list[dict[str, Any]], str]:
         """Every object of the kind (all namespaces), and the list's resourceVersion."""
+        items: list[dict[str, Any]] = []
+        version = await self.list_each(kind, items.append, fields=fields)
+        return items, version
+
+    async def list_each(
+        self,
+        kind: ApiKind,
+        each: Callable[[dict[str, Any]], object],
+        *,
+        fields: Mapping[str, str] | None = None,
+    ) -> str:
+        """Hand every object of the kind to ``each`` as its page arrives; the list's version.
+
+        Only one page (``_LIST_CHUNK`` objects) is decoded at a time, so listing ten
+        thousand pods does not hold ten thousand API objects at once. ``fields`` is a field
+        selector (``{"spec.nodeName": "ip-10-0-0-1"}``). A list retried after a transient
+        failure starts over, so ``each`` may see an object twice: it must be idempotent.
+        """
         self._record(kind, "list")
         namespace = ALL_NS if kind.namespaced else None
+        selector: dict[str, Any] | None = dict(fields) if fields else None
 
-        async def call() -> tuple[list[dict[str, Any]], str]:
-            listing = self.client.list(self._cls(kind), namespace=namespace, chunk_size=_LIST_CHUNK)
-            items: list[dict[str, Any]] = [dict(item) async for item in listing]
-            return items, listing.resourceVersion
+        async def call() -> str:
+            listing = self.client.list(
+                self._cls(kind), namespace=namespace, chunk_size=_LIST_CHUNK, fields=selector
+            )
+            async for item in listing:
+                each(dict(item))
+            return str(listing.resourceVersion)
 
         return await self._again_if_transient(call, kind, "list")
 
     def watch(
-        self, kind: ApiKind, resource_version: str, *, server_timeout: int = 300
+        self,
+        kind: ApiKind,
+        resource_version: str,
+        *,
+        server_timeout: int = 300,
+        fields: Mapping[str, str] | None = None,
     ) -> AsyncIterator[tuple[str, dict[str, Any]]]:
         """Changes after ``resource_version``; raises on any error, 410 Gone included."""
         self._record(kind, "watch")
@@ -269,6 +298,7 @@ class Api:
             namespace=namespace,
             resource_version=resource_version,
             server_timeout=server_timeout,
+            fields=dict(fields) if fields else None,
         )
         return _dicts(stream)
 

@@ -4,7 +4,10 @@ It is the live twin of ``adapters.memory_cluster`` and keeps its semantics, so t
 controllers run on both:
 
 * reads are synchronous and come from list-then-watch caches (pods with an index by node,
-  nodes, PodDisruptionBudgets, NodeClaims). A node's record leaves out the taints the
+  nodes, PodDisruptionBudgets, NodeClaims), of the whole cluster or, for the per-node
+  handler, of one node's share (``scope.CacheScope``: that Node and its pods, listed and
+  watched with field selectors, and the cluster's Nodes and NodeClaims only inside
+  ``capacity_view()``). A node's record leaves out the taints the
   node lifecycle controller puts on a node that is not Ready (``not-ready``,
   ``unreachable``): the record's ``ready`` says that already, and the in-memory world has
   no such taints, so a node that has just registered counts as capacity still booting,
@@ -21,7 +24,10 @@ controllers run on both:
   response goes into the cache at once so a controller reads its own writes;
 * Events (events.k8s.io/v1) are recorded in the background: a controller never waits for
   one, identical events within a minute are sent once, and a full queue drops them
-  rather than slowing a drain down.
+  rather than slowing a drain down. ``flush_events`` waits until every Event queued has
+  been sent (or has failed), not merely taken off the queue: the last ones are usually
+  still waiting for a token or an answer when the queue runs empty, and a shutdown that
+  went ahead then cancelled them.
 
 An optional ``fence`` is asked before every write; leader election passes "am I still the
 leader", so a replica that has lost its lease cannot write even from a task that has not
@@ -40,6 +46,7 @@ from typing import Any
 
 from lightkube.types import PatchType
 
+from spotwright.adapters._watch import WatchHub
 from spotwright.adapters.kube.client import EVENTS, NODES, PDBS, PODS, Api, status_code
 from spotwright.adapters.kube.convert import (
     READINESS_TAINTS,
@@ -51,6 +58,7 @@ from spotwright.adapters.kube.convert import (
 )
 from spotwright.adapters.kube.informer import ChangeType, Informer
 from spotwright.adapters.kube.nodeclaims import NodeClaimStorage, StoredClaim
+from spotwright.adapters.kube.scope import CacheScope, WideView
 from spotwright.model.objects import Node, NodeClaim, Pod, PodDisruptionBudget, Taint
 from spotwright.observability.logs import get_logger
 from spotwright.ports.cluster import (
@@ -70,6 +78,7 @@ _EVENT_QUEUE = 2000
 _CONFLICT_RETRIES = 5
 _EVENT_WORKERS = 4
 _EVENT_DEDUP_SECONDS = 60.0
+_WIDE_SYNC_SECONDS = 30.0
 _API_VERSIONS = {"Pod": "v1", "Node": "v1", "NodeClaim": "spotwright.io/v1alpha1"}
 
 
@@ -80,21 +89,27 @@ class KubeCluster:
         *,
         identity: str = "spotwright",
         fence: Callable[[], bool] | None = None,
+        scope: CacheScope | None = None,
     ) -> None:
         self.api = api
         self.identity = identity
         self.fence = fence
-        self._subs: list[tuple[frozenset[str], asyncio.Queue[WatchEvent]]] = []
+        self.scope = scope or CacheScope()
+        self._subs = WatchHub()
         self._by_node: dict[str, dict[str, Pod]] = {}
         self._node_uids: dict[str, str] = {}
         self._all_taints: dict[str, list[Taint]] = {}
-        self.pods_cache: Informer[Pod] = Informer(api, PODS, pod_from_api, listener=self._on_pod)
+        self.pods_cache: Informer[Pod] = Informer(
+            api, PODS, pod_from_api, listener=self._on_pod, fields=self.scope.pod_fields
+        )
         self.nodes_cache: Informer[Node] = Informer(
-            api, NODES, self._convert_node, listener=self._on_node
+            api, NODES, self._convert_node, listener=self._on_node, fields=self.scope.node_fields
         )
         self.pdbs_cache: Informer[PodDisruptionBudget] = Informer(api, PDBS, pdb_from_api)
         self.claims = NodeClaimStorage(api)
         self.claims.informer.listener = self._on_claim
+        self._wide: WideView | None = None
+        self._wide_users = 0
         self._events: asyncio.Queue[dict[str, Any]] = asyncio.Queue(_EVENT_QUEUE)
         self._recent_events: OrderedDict[tuple[str, ...], float] = OrderedDict()
         self.events_dropped = 0
@@ -104,7 +119,13 @@ class KubeCluster:
     # -- lifecycle ------------------------------------------------------------------------
     @property
     def informers(self) -> tuple[Informer[Any], ...]:
-        return (self.pods_cache, self.nodes_cache, self.pdbs_cache, self.claims.informer)
+        """The caches the scope asks for (all four for the controller)."""
+        kept: list[Informer[Any]] = [self.pods_cache, self.nodes_cache]
+        if self.scope.pdbs:
+            kept.append(self.pdbs_cache)
+        if self.scope.node_claims:
+            kept.append(self.claims.informer)
+        return tuple(kept)
 
     async def start(self, *, timeout: float = 60.0) -> None:
         """Start the caches and the event recorder; return once every cache has listed."""
@@ -117,6 +138,9 @@ class KubeCluster:
                 await informer.synced.wait()
 
     async def close(self) -> None:
+        if self._wide is not None:
+            wide, self._wide = self._wide, None
+            await wide.close()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -135,38 +159,71 @@ class KubeCluster:
         return list(self._by_node.get(node_name, {}).values())
 
     def nodes(self) -> Sequence[Node]:
-        return list(self.nodes_cache.items.values())
+        if self._wide is None:
+            return list(self.nodes_cache.items.values())
+        # Inside capacity_view(): the cluster's nodes, this one as its own cache has it
+        # (that cache reads its own writes at once).
+        merged = dict(self._wide.node_items)
+        merged.update(self.nodes_cache.items)
+        return list(merged.values())
 
     def node(self, name: str) -> Node | None:
-        return self.nodes_cache.items.get(name)
+        found = self.nodes_cache.items.get(name)
+        if found is None and self._wide is not None:
+            found = self._wide.node_items.get(name)
+        return found
+
+    def _claim_items(self) -> Mapping[str, StoredClaim]:
+        if self.scope.node_claims:
+            return self.claims.informer.items
+        return self._wide.claim_items if self._wide is not None else {}
 
     def node_claims(self) -> Sequence[NodeClaim]:
-        return [s.claim for s in self.claims.informer.items.values()]
+        return [s.claim for s in self._claim_items().values()]
 
     def node_claim(self, name: str) -> NodeClaim | None:
-        stored = self.claims.informer.items.get(name)
+        stored = self._claim_items().get(name)
         return stored.claim if stored is not None else None
 
     def pdbs(self) -> Sequence[PodDisruptionBudget]:
-        return list(self.pdbs_cache.items.values())
+        return list(self.pdbs_cache.items.values()) if self.scope.pdbs else []
 
     def watch(self, *kinds: Kind) -> AsyncIterator[WatchEvent]:
         """Subscribe now; every cached object of these kinds is announced first."""
-        queue: asyncio.Queue[WatchEvent] = asyncio.Queue()
-        wanted = frozenset(kinds)
-        if "node" in wanted:
-            for name in self.nodes_cache.items:
-                queue.put_nowait(WatchEvent("node", "MODIFIED", name))
-        if "pod" in wanted:
-            for key in self.pods_cache.items:
-                queue.put_nowait(WatchEvent("pod", "MODIFIED", key))
-        if "nodeclaim" in wanted:
+        backlog: list[WatchEvent] = []
+        if "node" in kinds:
+            backlog += [WatchEvent("node", "MODIFIED", name) for name in self.nodes_cache.items]
+        if "pod" in kinds:
+            backlog += [WatchEvent("pod", "MODIFIED", key) for key in self.pods_cache.items]
+        if "nodeclaim" in kinds:
             for name, stored in self.claims.informer.items.items():
                 fresh = not stored.claim.provider_id and not stored.deleting
-                queue.put_nowait(WatchEvent("nodeclaim", "ADDED" if fresh else "MODIFIED", name))
-        entry = (wanted, queue)
-        self._subs.append(entry)
-        return _Subscription(self._subs, entry)
+                backlog.append(WatchEvent("nodeclaim", "ADDED" if fresh else "MODIFIED", name))
+        return self._subs.subscribe(kinds, backlog)
+
+    @contextlib.asynccontextmanager
+    async def capacity_view(self) -> AsyncIterator[None]:
+        """Inside the block, ``nodes()`` and ``node_claims()`` cover the whole cluster.
+
+        For a node-scoped cache (the per-node handler), which otherwise sees only its own
+        Node: cluster-wide caches of Nodes and NodeClaims are started on entry, listed
+        before the block runs, and stopped when the last block using them ends. A
+        cluster-wide cache already sees everything, and the block costs nothing.
+        """
+        if self.scope.node is None and self.scope.node_claims:
+            yield
+            return
+        self._wide_users += 1
+        try:
+            if self._wide is None:
+                self._wide = WideView(self.api, claims=not self.scope.node_claims)
+            await self._wide.ready(_WIDE_SYNC_SECONDS)
+            yield
+        finally:
+            self._wide_users -= 1
+            if self._wide_users == 0 and self._wide is not None:
+                wide, self._wide = self._wide, None
+                await wide.close()
 
     # -- cache listeners --------------------------------------------------------------------
     def _convert_node(self, obj: Mapping[str, Any]) -> Node:
@@ -204,12 +261,8 @@ class KubeCluster:
         self._publish("nodeclaim", change, key)
 
     def _publish(self, kind: Kind, change: ChangeType, name: str) -> None:
-        if not self._subs:
-            return
-        event = WatchEvent(kind, change, name)
-        for kinds, queue in self._subs:
-            if kind in kinds:
-                queue.put_nowait(event)
+        if self._subs:
+            self._subs.publish(WatchEvent(kind, change, name))
 
     # -- writes ---------------------------------------------------------------------------
     def _check_fence(self) -> None:
@@ -384,36 +437,20 @@ class KubeCluster:
                 self.events_failed += 1
                 say = log.warning if self.events_failed <= 5 else log.debug
                 say("could not record event", reason=event["reason"], error=str(exc))
+            finally:
+                # Done only now, answered: an Event taken off the queue may still be
+                # waiting for a token or for the API server (see flush_events).
+                self._events.task_done()
 
     async def flush_events(self, timeout: float = 5.0) -> None:
-        """Wait (at most ``timeout``) until queued Events have been sent: for shutdown."""
-        deadline = time.monotonic() + timeout
-        while not self._events.empty() and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        """Wait (at most ``timeout``) until every queued Event has been sent: for shutdown.
 
-
-class _Subscription:
-    def __init__(
-        self,
-        subs: list[tuple[frozenset[str], asyncio.Queue[WatchEvent]]],
-        entry: tuple[frozenset[str], asyncio.Queue[WatchEvent]],
-    ) -> None:
-        self._subs = subs
-        self._entry = entry
-
-    def __aiter__(self) -> _Subscription:
-        return self
-
-    async def __anext__(self) -> WatchEvent:
-        try:
-            return await self._entry[1].get()
-        except asyncio.CancelledError:
-            self.close()
-            raise
-
-    def close(self) -> None:
-        if self._entry in self._subs:
-            self._subs.remove(self._entry)
+        Waiting for an empty queue is not enough: the workers take the last Events off
+        it and are still sending them (or waiting for the Events' rate limit) when it
+        runs empty, and the ``close()`` that follows a flush would cancel them.
+        """
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._events.join(), timeout)
 
 
 def _error(exc: Exception, what: str) -> ClusterError:

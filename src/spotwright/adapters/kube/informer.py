@@ -11,7 +11,11 @@ can fail for good from one version, e.g. when etcd compacted away the previous s
 event needs).
 
 Only the converted record is stored (plus the object's resourceVersion), never the API
-object, so memory follows the number of objects rather than the size of their specs.
+object, so memory follows the number of objects rather than the size of their specs:
+``managedFields``, status details and last-applied copies are gone once an object is
+converted, and a list is converted page by page as it arrives rather than held whole. An
+informer may also be given a field selector (``spec.nodeName=...``), so a per-node handler
+caches its node's objects, not the cluster's.
 
 Writes made through the adapter feed their responses in with ``apply``, so a controller
 reads its own writes at once; the watch event for the same version that arrives later is
@@ -69,10 +73,13 @@ class Informer(Generic[T]):
         *,
         listener: Listener | None = None,
         server_timeout: int = 300,
+        fields: Mapping[str, str] | None = None,
     ) -> None:
         self.api = api
         self.kind = kind
         self.convert = convert
+        #: A field selector: only the objects it matches are listed, watched and cached.
+        self.fields = dict(fields) if fields else None
         self.listener = listener
         self.server_timeout = server_timeout
         self.items: dict[str, T] = {}
@@ -95,7 +102,7 @@ class Informer(Generic[T]):
                 if version is None:
                     version = await self.relist()
                 async for event_type, obj in self.api.watch(
-                    self.kind, version, server_timeout=self.server_timeout
+                    self.kind, version, server_timeout=self.server_timeout, fields=self.fields
                 ):
                     version = self._on_watch_event(event_type, obj) or version
                     backoff, failures = _BACKOFF_MIN, 0
@@ -125,12 +132,14 @@ class Informer(Generic[T]):
 
     async def relist(self) -> str:
         """List everything and reconcile the store with it; returns the list's version."""
-        objects, version = await self.api.list(self.kind)
         seen: set[str] = set()
-        for obj in objects:
+
+        def take(obj: dict[str, Any]) -> None:
             key = object_key(obj)
             seen.add(key)
             self._store(key, obj, force=True)
+
+        version = await self.api.list_each(self.kind, take, fields=self.fields)
         for key in [k for k in self.items if k not in seen]:
             self._drop(key)
         for key in [k for k in self._versions if k not in seen]:
