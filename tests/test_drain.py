@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from spotwright.controllers import Settings
 from spotwright.controllers.termination import parse_go_duration
 from spotwright.model import labels as wk
-from spotwright.model.objects import NodeClaim, Toleration
+from spotwright.model.objects import NodeClaim, Pod, Toleration
 from spotwright.ports.cluster import ClusterError
 
 if TYPE_CHECKING:
@@ -303,3 +304,38 @@ def test_a_failed_termination_is_logged_counted_and_started_again(
         assert sum("terminating nodeclaim failed, retrying" in line for line in w.log) == 2
 
     sim.run(body)
+
+
+def test_evictions_in_flight_are_bounded_across_all_drains(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def body(w: World) -> None:
+        w.add_nodepool(instance_types=["m5.2xlarge"])
+        await w.start_controllers()
+        w.deploy("web", 24, cpu="1", grace_seconds=0)  # seven pods to a node
+        await w.until(lambda: w.all_ready("web"), within=300, what="web ready")
+        claims = w.claims()
+        assert len(claims) == 4
+        original = w.cluster.evict
+        evicting = [0, 0]  # now, most at once
+
+        async def slow_evict(pod: Pod) -> None:
+            evicting[0] += 1
+            evicting[1] = max(evicting[1], evicting[0])
+            try:
+                await w.clock.sleep(1.0)
+                await original(pod)
+            finally:
+                evicting[0] -= 1
+
+        monkeypatch.setattr(w.cluster, "evict", slow_evict)
+        for claim in claims:
+            await delete_claim(w, claim)
+        names = [c.name for c in claims]
+        await w.until(
+            lambda: all(w.cluster.node_claim(n) is None for n in names), within=120, what="gone"
+        )
+        assert evicting[1] == 2  # four drains side by side, yet never more than the bound
+        assert w.ledger.evicted == 24
+
+    sim.run(body, settings=Settings(eviction_concurrency=2))

@@ -28,6 +28,7 @@ from spotwright.controllers.ownership import InstanceIndex
 from spotwright.model import labels as wk
 from spotwright.model.objects import NodeClaim
 from spotwright.ports.cloud import Instance, Offering
+from spotwright.ports.queue import Message
 
 if TYPE_CHECKING:
     from conftest import Simulator, World
@@ -475,5 +476,34 @@ def test_an_instance_without_a_claim_is_ours_only_if_the_cloud_says_so(
         assert not await index.was_ours("i-green")  # same pool name, another cluster
         assert not await index.was_ours("i-batch")  # a pool that is not ours
         assert not await index.was_ours("i-0123456789abcdef0")  # unknown to the cloud
+
+    sim.run(body)
+
+
+def test_a_message_whose_first_step_is_slow_is_kept_in_flight_from_its_receipt(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def body(w: World) -> None:
+        original_patch, original_receive = w.cluster.patch_node, w.queue.receive
+        delivered: list[str] = []
+
+        async def stuck_patch(name: str, **changes: Any) -> None:
+            await w.clock.sleep(45.0)  # an API server that takes its time
+            await original_patch(name, **changes)
+
+        async def receive(max_messages: int = 10, wait_seconds: float = 20.0) -> list[Message]:
+            batch = await original_receive(max_messages, wait_seconds)
+            delivered.extend(m.id for m in batch)
+            return batch
+
+        monkeypatch.setattr(w.queue, "receive", receive)
+        claim = await running(w, "web")
+        monkeypatch.setattr(w.cluster, "patch_node", stuck_patch)
+        w.queue.put(spot_warning(w, instance_id(claim)))
+        await w.advance(60)  # past the queue's 30 s visibility timeout, the taint still slow
+        assert claim.deleting_since is not None
+        assert len(delivered) == 1 and w.queue.in_flight == 1
+        await w.until(lambda: w.queue.deleted == 1, within=300, what="message deleted")
+        assert len(delivered) == 1
 
     sim.run(body)

@@ -134,7 +134,9 @@ def test_requests_count_init_containers_sidecars_overhead_and_default_to_limits(
     )
     pod = convert(obj)
     # Init peak: 2 cpu (migrate alone); main: 1 + 0.25 + sidecar 0.1 = 1.35 cpu.
-    assert pod.requests == Resources(cpu=2000, memory=GIB + 64 * MIB, pods=1)
+    # Extended resources are kept (the scheduler counts them); hugepages are not.
+    fpga = (("example.com/fpga", 1),)
+    assert pod.requests == Resources(cpu=2000, memory=GIB + 64 * MIB, pods=1, extended=fpga)
     assert pod.overhead == Resources(cpu=10, memory=5 * MIB)
 
 
@@ -375,6 +377,8 @@ def test_nodeclaim_round_trip() -> None:
         requests=Resources(cpu=1500, memory=3 * GIB, pods=3),
         labels={"karpenter.sh/nodepool": "default", "team": "a"},
         taints=(Taint("dedicated", "NoSchedule", "batch"),),
+        startup_taints=(Taint("example.com/agent-not-ready", "NoSchedule"),),
+        node_class="private",
         provider_id="aws:///us-east-1a/i-0abc",
         instance_type="c5.large",
         zone="us-east-1a",
@@ -390,6 +394,7 @@ def test_nodeclaim_round_trip() -> None:
     )
     obj = claim_to_api(claim)
     assert obj["metadata"]["finalizers"] == [FINALIZER]
+    assert obj["spec"]["nodeClassRef"]["name"] == "private"
     assert obj["spec"]["resources"]["requests"] == {"cpu": "1500m", "memory": "3Gi", "pods": "3"}
     status = status_to_api(claim)
     assert [c["type"] for c in status["conditions"]] == [
@@ -408,9 +413,9 @@ def test_nodeclaim_round_trip() -> None:
     back = stored.claim
     for field in (
         "name", "nodepool", "requirements", "instance_types", "requests", "labels", "taints",
-        "provider_id", "instance_type", "zone", "capacity_type", "price", "allocatable",
-        "node_name", "launched_at", "registered_at", "initialized_at", "drain_deadline",
-        "deletion_reason",
+        "startup_taints", "node_class", "provider_id", "instance_type", "zone", "capacity_type",
+        "price", "allocatable", "node_name", "launched_at", "registered_at", "initialized_at",
+        "drain_deadline", "deletion_reason",
     ):  # fmt: skip
         assert getattr(back, field) == getattr(claim, field), field
     assert back.created_at == parse_time("2026-01-01T00:00:00Z")

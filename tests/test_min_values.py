@@ -133,8 +133,9 @@ def _sized(name: str, vcpu: int, price: float) -> InstanceType:
     return replace(_type(name, price), vcpu=vcpu, allocatable=alloc, labels={})
 
 
-def test_a_claim_too_big_for_the_floor_is_split_into_claims_that_keep_it() -> None:
-    # Only m5 comes in a size that holds three 1-cpu pods, and it is the cheapest way to.
+def test_the_packer_stops_growing_a_claim_before_it_breaks_the_floor() -> None:
+    # Only m5 comes in a size that holds three 1-cpu pods, and it is the cheapest way to:
+    # packing for price alone would make one m5.2xlarge claim, one family only.
     types = [
         _sized("c5.large", 2, 0.085),
         _sized("m5.large", 2, 0.096),
@@ -144,11 +145,23 @@ def test_a_claim_too_big_for_the_floor_is_split_into_claims_that_keep_it() -> No
     pool = NodePoolTemplate("flex", requirements=(R(FAMILY, "In", ("c5", "m5"), 2),))
     pods = [Pod(name=f"p{i}", uid=f"p{i}", requests=Resources(cpu=1000)) for i in range(3)]
     plan = schedule(pods, [], [pool], types, offers)
-    assert [c.instance_types for c in plan.new_claims] == [("m5.2xlarge",)]  # below the floor
-    plan = enforce_min_values(plan, [pool], types, offers)
     assert not plan.unschedulable
     placed = [p.key for c in plan.new_claims for p in c.pods]
     assert sorted(placed) == sorted(p.key for p in pods)
     by_name = {t.name: t for t in types}
     for claim in plan.new_claims:
         assert {by_name[n].family for n in claim.instance_types} == {"c5", "m5"}
+    before = [(c.instance_types, [p.key for p in c.pods]) for c in plan.new_claims]
+    plan = enforce_min_values(plan, [pool], types, offers)
+    assert [(c.instance_types, [p.key for p in c.pods]) for c in plan.new_claims] == before
+
+
+def test_pods_that_break_the_floor_even_alone_all_stay_pending_with_the_reason() -> None:
+    types = [_sized("c5.large", 2, 0.085), _sized("m5.2xlarge", 8, 0.1)]
+    offers = [Offering(t.name, "z1", wk.ON_DEMAND, t.od_price) for t in types]
+    pool = NodePoolTemplate("flex", requirements=(R(FAMILY, "In", ("c5", "m5"), 2),))
+    pods = [Pod(name=f"p{i}", uid=f"p{i}", requests=Resources(cpu=3000)) for i in range(3)]
+    plan = enforce_min_values(schedule(pods, [], [pool], types, offers), [pool], types, offers)
+    assert not plan.new_claims
+    assert sorted(plan.unschedulable) == sorted(p.key for p in pods)
+    assert all(f"minValues 2 for {FAMILY}" in r for r in plan.unschedulable.values())

@@ -9,9 +9,11 @@ real controllers against the in-memory cluster and the simulated market, in virt
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+import yaml
 
 from spotwright.controllers import NodeClaimLifecycle, Provisioner
 from spotwright.model import labels as wk
@@ -365,6 +367,33 @@ def test_daemonset_pods_are_reserved_room_on_new_nodes(sim: Simulator) -> None:
     sim.run(body)
 
 
+def test_a_daemonset_that_selects_one_nodepool_reserves_room_only_on_its_nodes(
+    sim: Simulator,
+) -> None:
+    async def body(w: World) -> None:
+        for name in ("gpu", "general"):
+            pool = w.add_nodepool(name)
+            pool.spec.template.metadata.labels["team"] = name
+        w.add_node("existing", cpu="2", memory="4Gi", labels={"team": "gpu"})
+        # The agent runs only on "gpu" nodes: 1 cpu there, nothing on "general" nodes.
+        w.deploy("agent", 1, cpu="1", memory="256Mi", daemon=True, node_selector={"team": "gpu"})
+        await provisioning(w)
+        await w.advance(5)
+        assert w.pods_of("agent")[0].node_name == "existing"
+        w.deploy("web", 1, cpu="1500m", memory="1Gi", node_selector={"team": "general"})
+        w.deploy("ml", 1, cpu="1500m", memory="1Gi", node_selector={"team": "gpu"})
+        await w.until(lambda: len(w.claims()) == 2, within=30, what="two claims")
+        by_pool = {c.nodepool: c for c in w.claims()}
+        smallest = {
+            name: min(w.ctx.instance_types[t].allocatable.cpu for t in c.instance_types)
+            for name, c in by_pool.items()
+        }
+        assert smallest["general"] < 2500, "no DaemonSet room on the general pool's nodes"
+        assert smallest["gpu"] >= 2500, "the agent's 1 cpu is reserved on gpu nodes"
+
+    sim.run(body)
+
+
 def test_a_pod_that_fits_nowhere_does_not_hold_up_the_rest_of_its_batch(
     sim: Simulator,
 ) -> None:
@@ -430,3 +459,83 @@ def test_a_node_from_a_bare_kubelet_gets_its_claims_labels_and_taints(sim: Simul
         assert Taint("team", "NoSchedule", "a") in node.taints
 
     sim.run(body, node_ready_after=5)
+
+
+# -- startup taints -------------------------------------------------------------------------
+
+_STARTUP = Taint("example.com/agent-not-ready", "NoSchedule")
+
+
+def _startup_tainted_pool(w: World) -> NodePool:
+    pool = NodePool.model_validate(
+        {
+            "metadata": {"name": "default"},
+            "spec": {
+                "template": {
+                    "spec": {
+                        "requirements": [
+                            {"key": wk.CAPACITY_TYPE, "operator": "In", "values": [wk.SPOT]}
+                        ],
+                        "startupTaints": [{"key": _STARTUP.key, "effect": _STARTUP.effect}],
+                    }
+                }
+            },
+        }
+    )
+    w.nodepools.append(pool)
+    return pool
+
+
+def test_pods_that_do_not_tolerate_a_startup_taint_land_once_the_agent_removes_it(
+    sim: Simulator,
+) -> None:
+    async def body(w: World) -> None:
+        _startup_tainted_pool(w)
+        await provisioning(w)
+        w.deploy("web", 3)
+        await w.until(
+            lambda: bool(w.claims()) and bool(w.claims()[0].node_name),
+            within=120,
+            what="the claim's node registered",
+        )
+        [claim] = w.claims()
+        await w.advance(30)  # the node is ready, the agent has not run yet
+        node = w.cluster.node(claim.node_name)
+        assert node is not None and node.ready
+        assert _STARTUP in node.taints, "registration puts the startup taint on the node"
+        assert claim.initialized_at is None, "not initialized while a startup taint is on"
+        assert all(p.node_name is None for p in w.pods_of("web"))
+        assert len(w.claim_history) == 1, "no second node for pods waiting on the first"
+
+        await w.cluster.patch_node(node.name, remove_taints=[_STARTUP.key])  # the agent
+        await w.until(lambda: w.all_ready("web"), within=60, what="web ready")
+        assert {p.node_name for p in w.pods_of("web")} == {node.name}
+        assert w.claims()[0].initialized_at is not None
+        assert len(w.claim_history) == 1
+
+    sim.run(body, node_ready_after=5.0)
+
+
+def test_a_scenario_whose_nodepool_has_startup_taints_still_runs_every_pod(
+    tmp_path: Path,
+) -> None:
+    """In ``spotwright simulate`` the node's agent clears startup taints a few seconds
+    after the node is up, so workloads that do not tolerate them still run there."""
+    from spotwright.catalog import load_catalog
+    from spotwright.model.scenario import load_scenario
+    from spotwright.observability.logs import configure_logging
+    from spotwright.simulation import simulate
+
+    source = Path(__file__).resolve().parents[1] / "examples" / "spot-interruption.yaml"
+    doc = yaml.safe_load(source.read_text())
+    doc["spec"]["events"] = []
+    template = doc["spec"]["nodePools"][0]["spec"]["template"]["spec"]
+    template["startupTaints"] = [{"key": _STARTUP.key, "effect": _STARTUP.effect}]
+    path = tmp_path / "startup-taints.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    configure_logging(sink=lambda _line: None)
+    catalog = load_catalog()
+    summary = simulate(load_scenario(path, catalog), catalog, seed=1)
+    assert summary["pods"]["lost"] == 0
+    assert summary["availability_pct"] > 90
+    assert sum(summary["nodes"]["launched"].values()) == 1

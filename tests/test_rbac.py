@@ -27,7 +27,9 @@ from spotwright.adapters.kube.client import Api, Permission
 from spotwright.adapters.kube.cluster import KubeCluster
 from spotwright.adapters.kube.kwok import KwokCloud
 from spotwright.adapters.kube.leader import LeaderElector
+from spotwright.adapters.kube.nodeclasses import LiveNodeClasses
 from spotwright.adapters.kube.nodepools import LiveNodePools
+from spotwright.adapters.kube.scope import CacheScope
 from spotwright.catalog import load_catalog
 from spotwright.model.objects import NodeClaim, Pod, Taint
 from spotwright.model.resources import Resources
@@ -164,11 +166,15 @@ def granted(*files: str) -> set[Permission]:
 async def exercise(sim: bool) -> set[Permission]:
     server = FakeApiServer()
     api = api_for(server)
-    cluster = KubeCluster(api, identity="test")
+    # The controller's scope: no PodDisruptionBudgets (the Eviction API enforces them).
+    cluster = KubeCluster(api, identity="test", scope=CacheScope(pdbs=False))
     pools = LiveNodePools(api)
+    classes = LiveNodeClasses(api)
     pools_task = asyncio.create_task(pools.informer.run())
+    classes_task = asyncio.create_task(classes.informer.run())
     await cluster.start(timeout=5)
     await pools.informer.synced.wait()
+    await classes.informer.synced.wait()
     # NodeClaims: create, launch result, deletion, finalizer removal after a conflict.
     claim = NodeClaim(name="default-00001", nodepool="default", requests=Resources(cpu=1000))
     await cluster.create_node_claim(claim)
@@ -212,6 +218,7 @@ async def exercise(sim: bool) -> set[Permission]:
         await kwok._create_node(instance)
         await kwok._delete_node("ip-10-0-0-1")
     pools_task.cancel()
+    classes_task.cancel()
     await cluster.close()
     await api.close()
     return api.used

@@ -76,6 +76,8 @@ def test_the_bundled_examples_are_the_expected_set() -> None:
         "default.yaml",
         "mixed-node-group.yaml",
         "on-demand-shortage.yaml",
+        "spot-fleet-rebalance.yaml",
+        "spot-fleet.yaml",
         "spot-interruption.yaml",
         "spot-quota.yaml",
         "spot-shortage.yaml",

@@ -143,12 +143,14 @@ def make_cloud(
 ) -> Callable[..., Any]:
     """``make_cloud(**settings)`` -> (EC2Cloud, Injector on its EC2 client).
 
+    ``node_classes`` is the cloud's EC2NodeClass lookup (name -> class or None).
+
     Must be called inside the test's event loop. Retries wait milliseconds, not seconds.
     """
     from spotwright.adapters.aws import EC2Cloud, EC2Settings, RetryPolicy
     from spotwright.ports.clock import LoopClock
 
-    def make(clock: Any = None, **overrides: Any) -> tuple[Any, Injector]:
+    def make(clock: Any = None, node_classes: Any = None, **overrides: Any) -> tuple[Any, Injector]:
         settings: dict[str, Any] = {
             "cluster_name": cluster,
             "kubernetes_version": K8S_VERSION,
@@ -163,6 +165,8 @@ def make_cloud(
             clock=clock or LoopClock(),
             ec2_client=ec2,
             ssm_client=client("ssm"),
+            iam_client=client("iam"),
+            node_classes=node_classes,
         )
         return cloud, Injector(ec2)
 

@@ -3,9 +3,11 @@
 The controller runs as its own process and ServiceAccount, bound to the ClusterRole of
 ``deploy/rbac.yaml`` only (``--cloud aws`` never creates Nodes, so it gets none of the
 ``--cloud sim`` extra), and talks to EC2 and SQS over HTTP on a moto server, as it would
-to AWS: discovery (instance types, spot prices, subnets and security groups found by their
-``karpenter.sh/discovery`` tag), CreateFleet, CreateTags, DescribeInstances and
-TerminateInstances are real boto3 calls.
+to AWS: discovery (instance types, spot prices), the NodePool's EC2NodeClass resolved
+(subnets by tag in two of the three zones, the security group by name, the AMI by id, an
+instance profile made for its role), CreateFleet, CreateTags, DescribeInstances and
+TerminateInstances are real boto3 calls. Nothing carries the ``karpenter.sh/discovery``
+tag and no ``--ami-id`` is given: what the instances get comes from the class alone.
 
 moto's instances never boot, so ``Kubelets`` plays their kubelet: for every instance moto
 runs for the cluster it registers the Node that instance's kubelet would, annotated for
@@ -56,7 +58,9 @@ pytestmark = pytest.mark.cluster
 #: Discovery restricted to a few types the pool accepts (moto lists about 1,300 slowly).
 TYPES = ("c5.large", "c5.xlarge", "m5.large", "m5.xlarge", "r5.large")
 ZONES = ("us-east-1a", "us-east-1b", "us-east-1c")
-DISCOVERY_TAG = "karpenter.sh/discovery"
+#: The zones whose subnets the EC2NodeClass selects (by the tag TIER_TAG).
+CLASS_ZONES = ZONES[:2]
+TIER_TAG = "e2e-tier"
 NODECLAIM_TAG = "karpenter.sh/nodeclaim"
 DISRUPTED = "karpenter.sh/disrupted"
 NODECLAIMS = "/apis/spotwright.io/v1alpha1/nodeclaims"
@@ -68,25 +72,28 @@ NODECLASSES = "/apis/spotwright.io/v1alpha1/ec2nodeclasses"
 
 
 def tag_network(ec2: Any, cluster_name: str) -> None:
-    """Tag the default subnets of ZONES and the default security group for discovery."""
+    """Tag the default subnets of CLASS_ZONES for the node class's subnet selector."""
     subnets = [
         s["SubnetId"]
         for s in ec2.describe_subnets(Filters=[{"Name": "default-for-az", "Values": ["true"]}])[
             "Subnets"
         ]
-        if s["AvailabilityZone"] in ZONES
+        if s["AvailabilityZone"] in CLASS_ZONES
     ]
-    group = ec2.describe_security_groups(Filters=[{"Name": "group-name", "Values": ["default"]}])[
-        "SecurityGroups"
-    ][0]["GroupId"]
-    ec2.create_tags(
-        Resources=[*subnets, group], Tags=[{"Key": DISCOVERY_TAG, "Value": cluster_name}]
-    )
+    ec2.create_tags(Resources=subnets, Tags=[{"Key": TIER_TAG, "Value": cluster_name}])
 
 
 def linux_ami(ec2: Any) -> str:
-    """An Amazon Linux image from moto's catalogue (the EKS SSM parameters are not there)."""
-    images = ec2.describe_images(Owners=["amazon"], Filters=[{"Name": "name", "Values": ["amzn*"]}])
+    """An x86_64 Amazon Linux image from moto's catalogue (the EKS SSM parameters are not
+    there): the pool asks for amd64, and the class launches only the architectures of its
+    images."""
+    images = ec2.describe_images(
+        Owners=["amazon"],
+        Filters=[
+            {"Name": "name", "Values": ["amzn*"]},
+            {"Name": "architecture", "Values": ["x86_64"]},
+        ],
+    )
     return str(sorted(i["ImageId"] for i in images["Images"])[0])
 
 
@@ -98,22 +105,20 @@ def cluster_instances(ec2: Any, cluster_name: str) -> dict[str, dict[str, Any]]:
     return {i["InstanceId"]: i for r in answer["Reservations"] for i in r["Instances"]}
 
 
-def ec2nodeclass(name: str, cluster_name: str, ami: str) -> dict[str, Any]:
-    """The node class a user would write for this cluster.
-
-    The controller does not read EC2NodeClass objects yet: it selects by the discovery tag
-    of ``--cluster-name`` and boots ``--ami-id``, which is what this class states.
-    """
-    selector = [{"tags": {DISCOVERY_TAG: cluster_name}}]
+def ec2nodeclass(name: str, cluster_name: str, ami: str, tier: str = "") -> dict[str, Any]:
+    """The node class a user would write for this cluster: the only source of its network,
+    image and role (``tier`` selects other subnets: none, for a class that cannot launch)."""
     return {
         "apiVersion": "spotwright.io/v1alpha1",
         "kind": "EC2NodeClass",
         "metadata": {"name": name},
         "spec": {
-            "subnetSelectorTerms": selector,
-            "securityGroupSelectorTerms": selector,
+            "subnetSelectorTerms": [{"tags": {TIER_TAG: tier or cluster_name}}],
+            "securityGroupSelectorTerms": [{"name": "default"}],
             "amiSelectorTerms": [{"id": ami}],
+            "amiFamily": "AL2023",
             "role": f"KarpenterNodeRole-{cluster_name}",
+            "tags": {"team": "e2e"},
         },
     }
 
@@ -201,6 +206,9 @@ def aws(namespace: str) -> Iterator[Aws]:
     try:
         ec2 = moto.client("ec2")
         tag_network(ec2, namespace)
+        moto.client("iam").create_role(
+            RoleName=f"KarpenterNodeRole-{namespace}", AssumeRolePolicyDocument="{}"
+        )
         yield Aws(moto, ec2, namespace, linux_ami(ec2))
     finally:
         moto.stop()
@@ -236,7 +244,7 @@ def test_controller_on_ec2_launches_and_handles_a_spot_interruption(
     ):
         status, answer = test_cluster.request("POST", path, body)
         assert status == 201, answer
-    cloud_options = ["--cluster-name", aws.cluster_name, "--ami-id", aws.ami]
+    cloud_options = ["--cluster-name", aws.cluster_name]
     for pattern in TYPES:
         cloud_options += ["--instance-types", pattern]
     args = controller_args(
@@ -312,13 +320,17 @@ async def _launch_then_interrupt(
     row = cluster_instances(ec2, aws.cluster_name)[first_id]
     tags = {t["Key"]: t["Value"] for t in row["Tags"]}
     assert row["InstanceLifecycle"] == "spot" and row["InstanceType"] in TYPES
-    assert row["ImageId"] == aws.ami
+    assert row["ImageId"] == aws.ami  # the class's amiSelectorTerms
+    assert row["Placement"]["AvailabilityZone"] in CLASS_ZONES  # its subnets' zones
+    assert tags["team"] == "e2e"  # its tags, with spotwright's own
+    assert tags["karpenter.k8s.aws/ec2nodeclass"] == pool_name
     assert tags["karpenter.sh/nodepool"] == pool_name
     claim = get(f"{NODECLAIMS}/{tags[NODECLAIM_TAG]}")
     assert claim is not None
     zone = row["Placement"]["AvailabilityZone"]
     assert claim["status"]["providerID"] == f"aws:///{zone}/{first_id}"
     assert claim["status"]["capacityType"] == "spot"
+    assert claim["spec"]["nodeClassRef"]["name"] == pool_name
 
     # 2. A spot interruption warning on the queue -> taint and cordon at once.
     aws.moto.send_spot_interruption(first_id)
@@ -359,8 +371,67 @@ async def _launch_then_interrupt(
     await eventually("the interruption message to be deleted", no_messages)
 
     rows = cluster_instances(ec2, aws.cluster_name)
+    assert {r["Placement"]["AvailabilityZone"] for r in rows.values()} <= set(CLASS_ZONES)
     live = {i for i, r in rows.items() if r["State"]["Name"] in ("pending", "running")}
     assert len(rows) == 2 and live == set(kubelets.registered) - {first_id}, rows.keys()
     status, events = cluster.request("GET", f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")
     assert status == 200
     assert sum(1 for e in events["items"] if e["reason"] == "Evicted") >= 2
+
+
+def test_a_node_class_matching_no_subnet_keeps_pods_pending_with_its_reason(
+    test_cluster: TestCluster, aws_kubeconfig: Path, namespace: str, aws: Aws
+) -> None:
+    name = aws.cluster_name
+    for path, body in (
+        (NODECLASSES, ec2nodeclass(name, name, aws.ami, tier="no-such-tier")),
+        ("/apis/spotwright.io/v1alpha1/nodepools", nodepool(name, nodeclass=name)),
+        (f"/apis/apps/v1/namespaces/{namespace}/deployments", deployment("web", name, 1)),
+    ):
+        status, answer = test_cluster.request("POST", path, body)
+        assert status == 201, answer
+    args = controller_args(
+        aws_kubeconfig,
+        lease=f"lease-{name}",
+        endpoint=aws.moto.endpoint,
+        cloud="aws",
+        cloud_options=["--cluster-name", name, "--instance-types", "m5.large"],
+    )
+    controller = Controller(name, args, test_cluster.log_dir)
+
+    def events(where: str, reason: str) -> list[dict[str, Any]]:
+        status, body = test_cluster.request(
+            "GET", f"/apis/events.k8s.io/v1/namespaces/{where}/events"
+        )
+        assert status == 200, body
+        return [e for e in body["items"] if e["reason"] == reason]
+
+    async def story() -> None:
+        async def class_event() -> dict[str, Any] | None:
+            found = await asyncio.to_thread(events, "default", "NodeClassNotReady")
+            mine = [e for e in found if e["regarding"]["name"] == name]
+            return mine[0] if mine else None
+
+        event = await eventually("a NodeClassNotReady Event on the EC2NodeClass", class_event)
+        assert event["regarding"]["kind"] == "EC2NodeClass" and event["type"] == "Warning"
+        assert "no available subnet matches" in event["note"] and "no-such-tier" in event["note"]
+
+        async def pod_reason() -> str | None:
+            found = await asyncio.to_thread(events, namespace, "FailedScheduling")
+            notes = [e["note"] for e in found if "left out" in e["note"]]
+            return notes[0] if notes else None
+
+        note = await eventually("a FailedScheduling Event naming the class's problem", pod_reason)
+        assert f"NodePool {name} left out: EC2NodeClass {name}: no available subnet" in note
+        assert cluster_instances(aws.ec2, name) == {}
+        assert controller.alive(), controller.tail()
+
+    try:
+        asyncio.run(story())
+    except BaseException:
+        print(controller.tail(60))
+        raise
+    finally:
+        controller.kill(signal.SIGTERM)
+        asyncio.run(remove_pool(test_cluster, name))
+        test_cluster.request("DELETE", f"{NODECLASSES}/{name}")

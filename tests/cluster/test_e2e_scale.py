@@ -7,7 +7,8 @@
   the latency from each message's receipt to its node's taint (target p99 under 5 s).
 
 The controller runs at its default client QPS and burst unless ``SPOTWRIGHT_SCALE_KUBE_QPS``
-and ``SPOTWRIGHT_SCALE_KUBE_BURST`` say otherwise. The pods are bound to their nodes
+and ``SPOTWRIGHT_SCALE_KUBE_BURST`` say otherwise; ``SPOTWRIGHT_SCALE_LOG=PATH`` keeps a copy of
+its log. The pods are bound to their nodes
 directly (``spec.nodeName``) so building the cluster measures the API server, not the
 scheduler; the interrupted nodes each get a NodeClaim whose status names them, as the
 controller would have written it. The messages go to SQS ten per SendMessageBatch from
@@ -20,6 +21,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import time
 import uuid
@@ -183,6 +185,7 @@ async def _scale(cluster: TestCluster, kubeconfig: Path, namespace: str, sqs: Mo
         watcher = asyncio.create_task(_watch_taints(client, marked))
         await asyncio.sleep(1)
         load_before = os.getloadavg()[0]
+        cpu_before, wall_before = _cpu_seconds(controller.process.pid), time.monotonic()
         batches = [list(range(i, min(i + 10, INTERRUPTED))) for i in range(0, INTERRUPTED, 10)]
         senders = asyncio.Semaphore(SENDERS)
 
@@ -200,6 +203,10 @@ async def _scale(cluster: TestCluster, kubeconfig: Path, namespace: str, sqs: Mo
 
         await eventually("every interrupted node tainted and cordoned", all_marked, timeout=600)
         watcher.cancel()
+        # How busy the controller was meanwhile: a core's worth means its own CPU is the limit.
+        busy = (_cpu_seconds(controller.process.pid) - cpu_before) / (
+            time.monotonic() - wall_before
+        )
         sent_to_taint = sorted(marked[n] - sent[n] for n in sent)
 
         async def all_deleted() -> bool:
@@ -221,6 +228,9 @@ async def _scale(cluster: TestCluster, kubeconfig: Path, namespace: str, sqs: Mo
             "receipt_to_taint_p50_seconds": _percentile(receipt_to_taint, 50),
             "receipt_to_taint_p99_seconds": _percentile(receipt_to_taint, 99),
             "receipt_to_taint_max_seconds": round(max(receipt_to_taint, default=-1.0), 2),
+            "waited_for_a_slot_p99_seconds": _percentile(_waits(controller), 99),
+            "controller_cores_busy_while_tainting": round(busy, 2),
+            "event_loop_blocked_seconds": _blocked(controller),
             "sent_to_taint_p50_seconds": _percentile(sent_to_taint, 50),
             "sent_to_taint_p99_seconds": _percentile(sent_to_taint, 99),
             "last_message_deleted_after_last_taint_seconds": round(
@@ -237,6 +247,8 @@ async def _scale(cluster: TestCluster, kubeconfig: Path, namespace: str, sqs: Mo
         assert controller.alive(), controller.tail()
     finally:
         controller.kill(signal.SIGKILL)
+        if os.environ.get("SPOTWRIGHT_SCALE_LOG"):  # keep the controller's log for study
+            shutil.copyfile(controller.log_path, os.environ["SPOTWRIGHT_SCALE_LOG"])
         await client.close()
         await in_parallel([lambda n=n: _delete_node(api, n) for n in names])
         await api.close()
@@ -295,6 +307,26 @@ def _receipt_to_taint(controller: Controller) -> list[float]:
         elif line.get("message") == "tainted node":
             tainted.setdefault(line["node"], moment)
     return [tainted[n] - received[n] for n in received if n in tainted]
+
+
+def _waits(controller: Controller) -> list[float]:
+    """How long each message waited, once received, for a free slot."""
+    return [
+        float(str(line.get("queued_for", "0s")).rstrip("s"))
+        for line in controller.logged("interruption received")
+    ]
+
+
+def _blocked(controller: Controller) -> float:
+    """Seconds the controller's event loop reported itself blocked, in all."""
+    lines = controller.logged("event loop was blocked")
+    return round(sum(float(str(line.get("seconds", "0")).rstrip("s")) for line in lines), 1)
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User plus system CPU time the process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _rss_mb(pid: int) -> float:

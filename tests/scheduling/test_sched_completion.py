@@ -102,8 +102,16 @@ def test_zones_chosen_ahead_keep_spread_and_affinity(
         if spread:
             counts = Counter(zone[p.key] for p in spread)
             assert "?" not in counts
+            # The selector also matches the free pods of the same value. Those on the
+            # existing node may be placed before the spread pods (which then balance
+            # around them) or after (unconstrained): either way the zones end at most one
+            # pod further apart than those free pods alone leave them.
+            early = sum(
+                1 for p in on_node if p.name.startswith("g") and p.labels["spread"] == value
+            )
+            counts["z-a"] += early
             per_zone = [counts.get(z, 0) for z in ("z-a", "z-b", "z-c")[:zones]]
-            assert max(per_zone) - min(per_zone) <= 1
+            assert max(per_zone) - min(per_zone) <= 1 + (early if zones > 1 else 0)
         together = {
             zone[p.key] for p in pods if p.name.startswith("f") and p.labels["together"] == value
         }

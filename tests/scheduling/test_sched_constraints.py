@@ -74,7 +74,7 @@ def test_a_prefer_no_schedule_pool_is_used_only_when_nothing_else_works() -> Non
 
 def test_memory_and_gpu_limits_hold_like_cpu_limits() -> None:
     memory_capped = NodePoolTemplate(
-        "default", remaining=Resources(cpu=UNLIMITED, memory=40 * GIB, gpu=UNLIMITED)
+        "default", remaining=Resources(UNLIMITED, 40 * GIB, UNLIMITED, UNLIMITED, UNLIMITED)
     )
     pods = [pod(f"m{i}", cpu=250, mem_gib=12) for i in range(6)]
     plan = schedule(pods, [], [memory_capped], TYPES, OFFERS)
@@ -84,7 +84,7 @@ def test_memory_and_gpu_limits_hold_like_cpu_limits() -> None:
     assert all("limits exceeded (memory)" in r for r in plan.unschedulable.values())
 
     gpu_capped = NodePoolTemplate(
-        "default", remaining=Resources(cpu=UNLIMITED, memory=UNLIMITED, gpu=1)
+        "default", remaining=Resources(UNLIMITED, UNLIMITED, 1, UNLIMITED, UNLIMITED)
     )
     gpu_pods = [pod(f"g{i}", cpu=500, gpu=1) for i in range(2)]
     plan = schedule(gpu_pods, [], [gpu_capped], TYPES, OFFERS)

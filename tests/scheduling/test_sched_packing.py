@@ -82,7 +82,7 @@ def test_reasons_name_constraint_and_pool() -> None:
 
 
 def test_limits() -> None:
-    limited = NodePoolTemplate("default", remaining=Resources(cpu=4000, memory=2**62, gpu=2**62))
+    limited = NodePoolTemplate("default", remaining=Resources(4000, 2**62, 2**62, 2**62, 2**62))
     pods = [pod(f"p{i}", cpu=1500, mem_gib=1) for i in range(4)]
     plan = schedule(pods, [], [limited], TYPES, OFFERS)
     assert len(plan.unschedulable) >= 1
@@ -121,6 +121,21 @@ def test_daemon_overhead_counts() -> None:
         daemon_overhead=Resources(cpu=300, memory=GIB // 4, pods=1),
     )
     assert plan.new_claims[0].instance_types == ("t.big",)
+
+
+def test_daemon_overhead_per_pool_counts_only_on_that_pools_nodes() -> None:
+    small = [itype("t.small", 1, 2, 0.01), itype("t.big", 4, 8, 0.05)]
+    heavy = NodePoolTemplate("heavy", weight=10, labels={"pool": "heavy"})
+    light = NodePoolTemplate("light", labels={"pool": "light"})
+    overhead = {"heavy": Resources(cpu=300, memory=GIB // 4, pods=1)}
+    pods = [
+        pod("h", cpu=800, mem_gib=1, node_selector={"pool": "heavy"}),
+        pod("l", cpu=800, mem_gib=1, node_selector={"pool": "light"}),
+    ]
+    plan = schedule(pods, [], [heavy, light], small, offers(small), daemon_overhead=overhead)
+    by_pool = {c.nodepool: c.instance_types for c in plan.new_claims}
+    assert by_pool["heavy"] == ("t.big",)
+    assert by_pool["light"][0] == "t.small"
 
 
 def test_identical_pods_group_quickly() -> None:

@@ -116,7 +116,7 @@ def pools_st(draw: st.DrawFn) -> list[NodePoolTemplate]:
                 labels={"team": draw(st.sampled_from(["a", "b"]))} if draw(st.booleans()) else {},
                 taints=(TAINT,) if draw(st.booleans()) else (),
                 remaining=(
-                    Resources(cpu=draw(st.integers(0, 40)) * 1000, memory=2**62, gpu=2**62)
+                    Resources(draw(st.integers(0, 40)) * 1000, 2**62, 2**62, 2**62, 2**62)
                     if limited
                     else None
                 ),

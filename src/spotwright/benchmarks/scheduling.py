@@ -247,7 +247,7 @@ def run_scheduling_benchmark(pods: int, seed: int = 0) -> dict[str, Any]:
     instance_types, offerings = synthetic_instance_types(400)
     template = NodePoolTemplate(
         name="default",
-        remaining=Resources(cpu=10_000_000 * 1000, memory=2**62, gpu=2**62),
+        remaining=Resources(10_000_000 * 1000, 2**62, 2**62, 2**62, 2**62),
     )
     # Every synthetic type has the same price per vCPU and per GiB and the same shape, so
     # the simple bound is already the fractional optimum; the configuration LP would

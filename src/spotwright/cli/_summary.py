@@ -54,6 +54,25 @@ def render_summary(summary: dict[str, Any], console: Console) -> None:
         "recovery p50 / p99",
         f"{pods['recovery_p50_seconds']:.1f}s / {pods['recovery_p99_seconds']:.1f}s",
     )
+    if intr["nodes_with_pods_moved"]:
+        table.add_row(
+            "per notice p50 / p99",
+            f"{pods['notice_recovery_p50_seconds']:.1f}s / "
+            f"{pods['notice_recovery_p99_seconds']:.1f}s until its last pod was ready",
+        )
+        table.add_row(
+            "replacement first",
+            f"{intr['replaced_before_first_eviction']} of {intr['nodes_with_pods_moved']} "
+            f"nodes; {pods['waited_for_node']} of {pods['moved']} pods waited for a node",
+        )
+    budgets = summary["disruption_budgets"]
+    if budgets["by_budget"]:
+        table.add_row(
+            "below a PDB",
+            f"{budgets['below_seconds']:.1f}s in {budgets['drops']} drop(s)"
+            if budgets["drops"]
+            else "never",
+        )
     table.add_row("availability", f"{summary['availability_pct']:.3f}%")
     for name, group in summary.get("node_groups", {}).items():
         have, want, launched = group["nodes"], group["target"], group["launched"]

@@ -29,7 +29,9 @@ from spotwright.adapters.kube.client import Api, connect
 from spotwright.adapters.kube.cluster import KubeCluster
 from spotwright.adapters.kube.kwok import KwokCloud
 from spotwright.adapters.kube.leader import LeaderElector, LostLeadership, default_identity
+from spotwright.adapters.kube.nodeclasses import LiveNodeClasses
 from spotwright.adapters.kube.nodepools import LiveNodePools, load_nodepool_files
+from spotwright.adapters.kube.scope import CacheScope
 from spotwright.adapters.memory_queue import MemoryQueue
 from spotwright.catalog import CatalogError, default_zones, load_catalog
 from spotwright.cli._errors import UserError
@@ -140,7 +142,7 @@ def _shown(*decls: str, **attrs: Any) -> Callable[[Callable[..., Any]], Callable
     "--interruption-concurrency",
     type=click.IntRange(min=1),
     default=Settings().interruption_concurrency,
-    help="Interruption messages acted on at once, each in its own task.",
+    help="Interruption messages whose node is being tainted at once, each in its own task.",
 )
 @_shown(
     "--leader-elect/--no-leader-elect",
@@ -172,12 +174,13 @@ def _shown(*decls: str, **attrs: Any) -> Callable[[Callable[..., Any]], Callable
 @_shown(
     "--kubernetes-version",
     default="1.36",
-    help="--cloud aws: the version whose EKS-optimized AMI nodes boot.",
+    help="--cloud aws: the version whose EKS-optimized AMIs (and EC2NodeClass aliases) nodes boot.",
 )
 @click.option(
     "--ami-id",
     default=None,
-    help="--cloud aws: boot every type from this AMI, not the EKS-optimized one.",
+    help="--cloud aws: for NodePools without an EC2NodeClass, boot every type from this "
+    "AMI, not the EKS-optimized one.",
 )
 @click.option(
     "--instance-types",
@@ -239,8 +242,11 @@ async def _main(options: Options, pools: Sequence[NodePoolSource] | None) -> int
         api,
         identity=options.identity,
         fence=(lambda: elector.is_leader) if elector is not None else None,
+        # Nothing here reads PodDisruptionBudgets: the Eviction API enforces them.
+        scope=CacheScope(pdbs=False),
     )
     live_pools = LiveNodePools(api) if pools is None else None
+    classes = LiveNodeClasses(api) if options.cloud == "aws" else None
     metrics = Metrics()
     if options.metrics_port:
         start_http_server(options.metrics_port, registry=metrics.registry)
@@ -257,6 +263,9 @@ async def _main(options: Options, pools: Sequence[NodePoolSource] | None) -> int
             if live_pools is not None:
                 extra.append(asyncio.create_task(live_pools.informer.run()))
                 await live_pools.informer.synced.wait()
+            if classes is not None:
+                extra.append(asyncio.create_task(classes.informer.run()))
+                await classes.informer.synced.wait()
             await cluster.start(timeout=60)
 
         syncing = asyncio.ensure_future(sync())
@@ -274,7 +283,9 @@ async def _main(options: Options, pools: Sequence[NodePoolSource] | None) -> int
         log.info("caches synced", identity=options.identity, nodes=len(cluster.nodes()))
 
         async def lead() -> None:
-            await _run_controllers(options, api, cluster, metrics, pools or live_pools or [])
+            await _run_controllers(
+                options, api, cluster, metrics, pools or live_pools or [], classes
+            )
 
         work = asyncio.ensure_future(elector.run(lead) if elector is not None else lead())
         done, _ = await asyncio.wait({work, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -306,6 +317,7 @@ async def _run_controllers(
     cluster: KubeCluster,
     metrics: Metrics,
     nodepools: Sequence[NodePoolSource],
+    classes: LiveNodeClasses | None = None,
 ) -> None:
     clock = LoopClock()
     queue: MessageQueue | None = None
@@ -346,6 +358,7 @@ async def _run_controllers(
             region=options.region,
             clock=clock,
             endpoint_url=options.aws_endpoint_url,
+            node_classes=classes.get if classes is not None else None,
         )
         await ec2.refresh()
         cloud = ec2

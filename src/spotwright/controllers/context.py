@@ -37,9 +37,16 @@ class NodePoolSource(Protocol):
 
     def taints(self) -> tuple[Taint, ...]: ...
 
+    def startup_taints(self) -> tuple[Taint, ...]: ...
+
     def limits(self) -> Resources | None: ...
 
     def node_limit(self) -> int | None: ...
+
+    @property
+    def node_class(self) -> str | None:
+        """The node class the pool's ``nodeClassRef`` names, if any."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +67,8 @@ class Settings:
     garbage_collection_interval_seconds: float = 120.0
     garbage_collection_grace_seconds: float = 60.0
     interruption_workers: int = 10
-    #: Interruption messages handled at once, each in its own task; a worker receives
-    #: more only while a slot is free.
+    #: Interruption messages in their urgent step (the node's taint) at once, each in its
+    #: own task; a worker receives more only while a slot is free.
     interruption_concurrency: int = 100
     #: A message is kept in flight this long at a time (renewed every third of it) until
     #: its action is over; after a crash it is delivered again within this time.
@@ -75,6 +82,9 @@ class Settings:
     force_at_deadline: bool = True
     eviction_backoff_min: float = 0.1
     eviction_backoff_max: float = 10.0
+    #: Evictions and pod deletions in flight at once across all drains, so that a storm of
+    #: drains never takes every connection to the API server from taints and claim writes.
+    eviction_concurrency: int = 50
 
 
 @dataclass

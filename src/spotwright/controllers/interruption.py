@@ -56,6 +56,8 @@ _DEADLINE_KINDS = {
 }
 
 _HookVerdict = Literal["done", "not-ours", "in-progress"]
+#: Seconds after its receipt that a message's visibility is first extended.
+_FIRST_EXTENSION = 10.0
 
 
 class InterruptionHandler:
@@ -154,8 +156,24 @@ class InterruptionHandler:
     ) -> None:
         """Act on one message; it is deleted once its action is over.
 
+        It is kept in flight from its receipt (its visibility extended from 10 s on, well
+        within SQS's default 30 s), so a slow start never lets it reappear meanwhile.
         ``started`` is called once what is urgent is done, before waiting on a long drain.
         """
+        self.keeper.hold(message, first_in=_FIRST_EXTENSION)
+        try:
+            await self._handle(message, received_at, started)
+        except BaseException:
+            self.keeper.let_go(message)
+            raise
+
+    async def _finish(self, message: Message, *, delete: bool) -> None:
+        self.keeper.let_go(message)
+        await (self.queue.delete(message) if delete else self.queue.release(message))
+
+    async def _handle(
+        self, message: Message, received_at: float | None, started: Callable[[], None] | None
+    ) -> None:
         ctx = self.ctx
         received = ctx.clock.now() if received_at is None else received_at
         try:
@@ -165,7 +183,7 @@ class InterruptionHandler:
             log.warning(
                 "dropping message that cannot be parsed", message_id=message.id, error=str(exc)
             )
-            await self.queue.delete(message)
+            await self._finish(message, delete=True)
             return
         owned = False
         kept = False
@@ -196,32 +214,38 @@ class InterruptionHandler:
                     owned = True
                 continue
             owned = True
-            await self._act(event, claim, received)
+            await self._act(event, claim, received, started)
             if self._waits(event.kind):
                 waits_for.append(claim.name)
         if kept:
             return  # deleted together with the copy being handled (see _terminate_hook)
         if not owned and events:
-            await self.queue.release(message)
+            await self._finish(message, delete=False)
             return
         cluster = ctx.cluster
         pending = [name for name in waits_for if cluster.node_claim(name) is not None]
         if pending:
             self.keeper.hold(message, lambda: all(cluster.node_claim(n) is None for n in pending))
         else:
-            await self.queue.delete(message)
+            await self._finish(message, delete=True)
 
     def _waits(self, kind: EventKind) -> bool:
         """Whether the action for ``kind`` ends only when the claim is gone."""
         replaces = self.ctx.settings.rebalance_action == "replace-then-drain"
         return kind in _DEADLINE_KINDS or (kind is EventKind.REBALANCE_RECOMMENDATION and replaces)
 
-    async def _act(self, event: InterruptionEvent, claim: NodeClaim, received: float) -> None:
+    async def _act(
+        self,
+        event: InterruptionEvent,
+        claim: NodeClaim,
+        received: float,
+        started: Callable[[], None] | None,
+    ) -> None:
         if event.id in self._seen:
             return
         task = self._acting.get(event.id)
         if task is None:
-            task = asyncio.ensure_future(self._perform(event, claim, received))
+            task = asyncio.ensure_future(self._perform(event, claim, received, started))
             self._acting[event.id] = task
             task.add_done_callback(partial(self._acted, event.id))
         await asyncio.shield(task)
@@ -272,7 +296,6 @@ class InterruptionHandler:
                 )
                 return "not-ours"
         self._in_progress[event.id] = []
-        self.keeper.hold(message)
         try:
             ctx.metrics.interruption_messages.labels(event.kind.value).inc()
             action = plan_action(event, self.policy)
@@ -288,20 +311,24 @@ class InterruptionHandler:
             await drain_and_complete(ctx, self.autoscaling, action, node)
         except BaseException:
             # The action is retried from the released message: its copies come back too.
-            self.keeper.let_go(message)
             for copy in self._in_progress.pop(event.id, []):
                 self.keeper.let_go(copy)
                 with contextlib.suppress(Exception):
                     await self.queue.release(copy)
             raise
         self._remember(event.id)
-        self.keeper.let_go(message)
         for copy in self._in_progress.pop(event.id, []):
             self.keeper.let_go(copy)
             await self.queue.delete(copy)
         return "done"
 
-    async def _perform(self, event: InterruptionEvent, claim: NodeClaim, received: float) -> None:
+    async def _perform(
+        self,
+        event: InterruptionEvent,
+        claim: NodeClaim,
+        received: float,
+        started: Callable[[], None] | None = None,
+    ) -> None:
         ctx = self.ctx
         ctx.metrics.interruption_messages.labels(event.kind.value).inc()
         now = ctx.clock.now()
@@ -335,6 +362,8 @@ class InterruptionHandler:
         # provisioner count these pods as pending, and nothing needs to wait for the claim.
         if claim.node_name and await mark_disrupted(ctx, claim.node_name, event.kind.value):
             ctx.metrics.receipt_to_taint.observe(max(0.0, ctx.clock.now() - received))
+        if started is not None:
+            started()  # the urgent part is done: the next message may have the slot
         await self._delete_claim(claim, event.kind.value, deadline)
         if fresh:
             ctx.metrics.actions.labels("drain").inc()

@@ -94,7 +94,9 @@ class NodeClaimLifecycle:
             ("karpenter.sh/nodeclaim", claim.name),
             ("karpenter.sh/nodepool", claim.nodepool),
         )
-        request = LaunchRequest(claim.name, claim.nodepool, capacity_type, chosen, tags)
+        request = LaunchRequest(
+            claim.name, claim.nodepool, capacity_type, chosen, tags, claim.node_class or None
+        )
         deadline = now + ctx.settings.launch_timeout_seconds - _age(claim, now)
         instance = await self._call_launch(claim, request, deadline)
         if instance is None:
@@ -262,7 +264,7 @@ class NodeClaimLifecycle:
             changed = True
             log.info("registered nodeclaim", nodeclaim=claim.name, node=node.name)
             await self._complete_node(node, claim)
-        if node.ready and claim.initialized_at is None:
+        if node.ready and claim.initialized_at is None and not _startup_tainted(node, claim):
             claim.initialized_at = now
             changed = True
             log.info(
@@ -297,7 +299,9 @@ class NodeClaimLifecycle:
         )
         labels: dict[str, str | None] = {k: v for k, v in want.items() if k not in node.labels}
         present = {(t.key, t.effect) for t in node.taints}
-        taints = [t for t in claim.taints if (t.key, t.effect) not in present]
+        # startup taints go on only now: once an agent has removed them, they stay off
+        wanted = (*claim.taints, *claim.startup_taints)
+        taints = [t for t in wanted if (t.key, t.effect) not in present]
         if not labels and not taints:
             return
         try:
@@ -311,6 +315,13 @@ class NodeClaimLifecycle:
             labels=", ".join(sorted(labels)) or None,
             taints=", ".join(str(t) for t in taints) or None,
         )
+
+
+def _startup_tainted(node: Node, claim: NodeClaim) -> bool:
+    """Whether a startup taint is still on the node: until its agent removes them all, the
+    node is not initialized (Karpenter's rule), though pods are already bound for it."""
+    startup = {(t.key, t.effect) for t in claim.startup_taints}
+    return any((t.key, t.effect) in startup for t in node.taints)
 
 
 def _needs_launch(claim: NodeClaim) -> bool:

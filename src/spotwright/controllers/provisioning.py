@@ -15,9 +15,10 @@ from collections.abc import Sequence
 
 from spotwright.controllers.context import Context
 from spotwright.model import labels as wk
-from spotwright.model.objects import NodeClaim, NodeSelectorRequirement, Pod
+from spotwright.model.objects import NodeClaim, NodeSelectorRequirement, Pod, Taint
 from spotwright.model.resources import Resources
 from spotwright.observability.logs import get_logger
+from spotwright.ports.cloud import NodeClassState, node_class_state
 from spotwright.ports.cluster import WatchEvent
 from spotwright.scheduling import (
     ClaimPlan,
@@ -62,6 +63,8 @@ class Provisioner:
         self._trigger = asyncio.Event()
         self._names = rng if rng is not None else random.Random(round(ctx.clock.now() * 1e6))
         self._pending_keys: set[str] = set()
+        #: NodePool -> why its node class cannot launch, as last reported.
+        self._class_problems: dict[str, str] = {}
 
     async def run(self) -> None:
         watcher = asyncio.create_task(self._watch())
@@ -128,7 +131,8 @@ class Provisioner:
         pods, existing = self._snapshot()
         if not pods:
             return []
-        templates = self._templates()
+        classes = await self._node_classes()
+        templates = self._templates(classes)
         offerings = ctx.unavailable.apply(ctx.cloud.offerings(), now)
         started = time.perf_counter()
         types = list(ctx.instance_types.values())
@@ -139,7 +143,13 @@ class Provisioner:
         floors = {t.name: tuple(r for r in t.requirements if r.min_values) for t in templates}
         ctx.metrics.pods_unschedulable.set(len(plan.unschedulable))
         by_key = {p.key: p for p in pods}
+        left_out = "; ".join(
+            f"NodePool {name} left out: {problem}"
+            for name, problem in sorted(self._class_problems.items())
+        )
         for key, reason in sorted(plan.unschedulable.items()):
+            if left_out:
+                reason = f"{reason} ({left_out})"
             log.warning("could not schedule pod", pod=key, reason=reason)
             pod = by_key[key]
             await ctx.cluster.record_event(
@@ -162,6 +172,7 @@ class Provisioner:
         for claim_plan in plan.new_claims:
             name = self._claim_name(claim_plan.nodepool, taken)
             claim = self._to_claim(claim_plan, now, name, floors.get(claim_plan.nodepool, ()))
+            claim.node_class = classes[claim.nodepool].name or ""
             taken.add(claim.name)
             await ctx.cluster.create_node_claim(claim)
             ctx.metrics.nodeclaims_created.labels(claim.nodepool).inc()
@@ -204,7 +215,7 @@ class Provisioner:
                 ExistingCapacity(
                     name=node.name,
                     labels=node.labels,
-                    taints=tuple(node.taints),
+                    taints=_settled_taints(node.taints, claim),
                     free=node.allocatable - used,
                     in_flight=not node.ready,
                     instance_type=node.labels.get(wk.INSTANCE_TYPE),
@@ -233,15 +244,14 @@ class Provisioner:
             )
         return pods, existing
 
-    def _daemon_overhead(self, templates: Sequence[NodePoolTemplate]) -> Resources:
-        """What the DaemonSets will take on every new node, before any pod lands there.
+    def _daemon_overhead(self, templates: Sequence[NodePoolTemplate]) -> dict[str, Resources]:
+        """What the DaemonSets will take on a new node of each NodePool, before any pod.
 
         The cluster port has no DaemonSet objects, so each DaemonSet is known by its pods
-        on existing nodes (the largest one, as sizes may differ per node). Only those
-        that would run on every NodePool's nodes (tolerating its taints, allowing its
-        requirements) count: the scheduler takes one figure for all pools, and a lower
-        bound never refuses a node that would have fitted. DaemonSets that run
-        everywhere (kube-proxy, the CNI, log and metrics agents) are the usual case.
+        on existing nodes (the largest one, as sizes may differ per node). A DaemonSet
+        counts for a pool if its pods would run on that pool's nodes (tolerating its
+        taints, allowing its requirements and labels): a GPU driver DaemonSet that selects
+        GPU nodes weighs on the GPU pool only, kube-proxy on every pool.
         """
         largest: dict[tuple[str, str], Resources] = {}
         sample: dict[tuple[str, str], Pod] = {}
@@ -255,18 +265,15 @@ class Provisioner:
                 sample[key] = pod
                 largest[key] = need
             else:
-                largest[key] = Resources(
-                    max(have.cpu, need.cpu),
-                    max(have.memory, need.memory),
-                    max(have.gpu, need.gpu),
-                    max(have.pods, need.pods),
-                    max(have.ephemeral, need.ephemeral),
-                )
-        total = Resources()
-        for key, pod in sorted(sample.items()):
-            if templates and all(_runs_on(pod, t) for t in templates):
-                total = total + largest[key]
-        return total
+                largest[key] = have.larger(need)
+        overhead: dict[str, Resources] = {}
+        for template in templates:
+            total = Resources()
+            for key, pod in sorted(sample.items()):
+                if _runs_on(pod, template):
+                    total = total + largest[key]
+            overhead[template.name] = total
+        return overhead
 
     def _smallest(self, names: Sequence[str]) -> Resources | None:
         types = [self.ctx.instance_types[n] for n in names if n in self.ctx.instance_types]
@@ -274,11 +281,42 @@ class Provisioner:
             return None
         return min((t.allocatable for t in types), key=lambda r: (r.cpu, r.memory))
 
-    def _templates(self) -> list[NodePoolTemplate]:
-        """NodePools with what their limits still allow, counting every live claim."""
+    async def _node_classes(self) -> dict[str, NodeClassState]:
+        """Each NodePool's node class as the cloud resolved it; a class that cannot launch
+        is logged and recorded (as a warning Event on it) when its problem first shows."""
+        states: dict[str, NodeClassState] = {}
+        problems: dict[str, str] = {}
+        for pool in self.ctx.nodepools:
+            state = await node_class_state(self.ctx.cloud, pool.node_class)
+            states[pool.name] = state
+            if state.ready:
+                continue
+            problems[pool.name] = state.problem
+            if self._class_problems.get(pool.name) != state.problem:
+                log.error(
+                    "leaving NodePool out, its node class cannot launch",
+                    nodepool=pool.name,
+                    nodeclass=state.name or "<default>",
+                    reason=state.problem,
+                )
+                kind, name = ("EC2NodeClass", state.name) if state.name else ("NodePool", pool.name)
+                await self.ctx.cluster.record_event(
+                    kind, name, "NodeClassNotReady", state.problem, warning=True
+                )
+        for name in sorted(self._class_problems.keys() - problems.keys()):
+            log.info("node class can launch again, NodePool back in", nodepool=name)
+        self._class_problems = problems
+        return states
+
+    def _templates(self, classes: dict[str, NodeClassState]) -> list[NodePoolTemplate]:
+        """NodePools with what their limits still allow, counting every live claim, and
+        narrowed to the zones and architectures their node class can launch in."""
         ctx = self.ctx
         templates = []
         for pool in ctx.nodepools:
+            state = classes.get(pool.name)
+            if state is not None and not state.ready:
+                continue
             claims = [
                 c
                 for c in ctx.cluster.node_claims()
@@ -300,9 +338,10 @@ class Provisioner:
                 NodePoolTemplate(
                     name=pool.name,
                     weight=pool.weight,
-                    requirements=pool.requirements(),
+                    requirements=(*pool.requirements(), *_class_requirements(state)),
                     labels=pool.labels(),
                     taints=pool.taints(),
+                    startup_taints=pool.startup_taints(),
                     remaining=remaining,
                     nodes_remaining=None if node_limit is None else node_limit - len(claims),
                 )
@@ -336,8 +375,31 @@ class Provisioner:
             requests=plan.requests,
             labels=labels,
             taints=plan.taints,
+            startup_taints=plan.startup_taints,
             created_at=now,
         )
+
+
+def _settled_taints(taints: Sequence[Taint], claim: NodeClaim | None) -> tuple[Taint, ...]:
+    """A node's taints as they will be once it is initialized: an agent removes the startup
+    taints, so pods are not kept off (nor a second node opened for them) on their account."""
+    if claim is None or claim.initialized_at is not None or not claim.startup_taints:
+        return tuple(taints)
+    startup = {(t.key, t.effect) for t in claim.startup_taints}
+    return tuple(t for t in taints if (t.key, t.effect) not in startup)
+
+
+def _class_requirements(state: NodeClassState | None) -> tuple[NodeSelectorRequirement, ...]:
+    """The zones of a class's subnets and the architectures of its images, as requirements
+    (so a claim never names an offering the class cannot launch)."""
+    if state is None:
+        return ()
+    out = []
+    if state.zones is not None:
+        out.append(NodeSelectorRequirement(wk.ZONE, "In", tuple(sorted(state.zones))))
+    if state.architectures is not None:
+        out.append(NodeSelectorRequirement(wk.ARCH, "In", tuple(sorted(state.architectures))))
+    return tuple(out)
 
 
 def _provisionable(pod: Pod) -> bool:
@@ -354,7 +416,9 @@ def _runs_on(pod: Pod, template: NodePoolTemplate) -> bool:
     """Would a DaemonSet pod like ``pod`` be scheduled on a new node of ``template``?"""
     if tolerates(pod.tolerations, template.taints) is not None:
         return False
-    pool = Requirements.from_terms(template.requirements)
+    pool = Requirements.from_terms(template.requirements).intersect(
+        Requirements.from_labels(template.labels)
+    )
     return any(pool.compatible(term) for term in pod_requirements(pod))
 
 
@@ -365,14 +429,7 @@ def _reschedulable(pod: Pod) -> bool:
 def _capacity_left(limits: Resources, used: Resources) -> Resources:
     """Limits minus usage. A limit of 0 allows nothing; a dimension the NodePool does not
     limit arrives as ``UNLIMITED`` (see ``NodePool.limits``) and stays out of reach."""
-    big = 2**62
-    return Resources(
-        cpu=limits.cpu - used.cpu,
-        memory=limits.memory - used.memory,
-        gpu=limits.gpu - used.gpu,
-        pods=big,
-        ephemeral=big,
-    )
+    return limits - used
 
 
 def _summarise(names: Sequence[str], shown: int = 5) -> str:

@@ -5,9 +5,11 @@ disruption, a user). The node is tainted, cordoned and labelled out of load bala
 one patch (skipped when the interruption handler already did it at the message's receipt),
 then drained in tiers (ordinary pods, then system-critical ones; daemon-set and mirror pods
 are left, as are pods that tolerate the disruption taint), retrying PodDisruptionBudget
-refusals with backoff. When the claim carries a deadline (an interruption notice), nothing
-waits past it: a pod whose grace period would overrun the deadline is deleted with what
-time is left.
+refusals with backoff. At most ``eviction_concurrency`` evictions are in flight at once
+across all drains: a thousand nodes drained together must leave the API client's
+connections free for the next interrupted node's taint. When the claim carries a deadline
+(an interruption notice), nothing waits past it: a pod whose grace period would overrun
+the deadline is deleted with what time is left.
 
 A pod annotated ``karpenter.sh/do-not-disrupt`` is not evicted while the annotation is in
 force ("true": always; a Go duration such as "30m": until that long after the pod started).
@@ -24,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import weakref
 from collections.abc import Callable
 
 from spotwright.controllers.context import Context
@@ -31,7 +34,7 @@ from spotwright.model import labels as wk
 from spotwright.model.objects import NodeClaim, Pod, Taint
 from spotwright.observability.logs import get_logger
 from spotwright.ports.cloud import CloudError
-from spotwright.ports.cluster import EvictionBlocked, NotFound
+from spotwright.ports.cluster import Cluster, EvictionBlocked, NotFound
 from spotwright.scheduling import tolerates
 
 __all__ = [
@@ -54,6 +57,17 @@ DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 
 #: Retries of a failed termination: 1 s, doubling, at most this long apart.
 _RETRY_MAX_SECONDS = 60.0
+#: One bound on evictions in flight per cluster, shared by every drain (the termination
+#: controller's, the lifecycle hooks', the serverless drainer's).
+_EVICTION_SLOTS: weakref.WeakKeyDictionary[Cluster, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+
+
+def _eviction_slots(ctx: Context) -> asyncio.Semaphore:
+    slots = _EVICTION_SLOTS.get(ctx.cluster)
+    if slots is None:
+        slots = asyncio.Semaphore(max(1, ctx.settings.eviction_concurrency))
+        _EVICTION_SLOTS[ctx.cluster] = slots
+    return slots
 
 
 async def mark_disrupted(ctx: Context, node_name: str, reason: str) -> bool:
@@ -249,7 +263,8 @@ class Terminator:
                 if await self._protected(pod, node_name, now, told):
                     continue
                 try:
-                    await ctx.cluster.evict(pod)
+                    async with _eviction_slots(ctx):
+                        await ctx.cluster.evict(pod)
                 except EvictionBlocked:
                     ctx.metrics.eviction_blocked.inc()
                     delay = min(
@@ -319,7 +334,8 @@ class Terminator:
 
     async def _force(self, pod: Pod, grace: float) -> None:
         try:
-            await self.ctx.cluster.delete_pod(pod, grace_seconds=grace)
+            async with _eviction_slots(self.ctx):
+                await self.ctx.cluster.delete_pod(pod, grace_seconds=grace)
         except NotFound:
             return
         self.ctx.metrics.pods_evicted.labels("deadline").inc()

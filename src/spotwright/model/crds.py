@@ -243,6 +243,7 @@ def definitions() -> list[CrdDefinition]:
                 _column("Age", ".metadata.creationTimestamp", "date"),
                 _column("ID", ".status.providerID", priority=1),
                 _column("NodePool", ".spec.nodePool", priority=1),
+                _column("NodeClass", ".spec.nodeClassRef.name", priority=1),
                 _column("Price", ".status.price", "number", priority=1),
             ],
             description="A request for one instance, and what was launched for it.",

@@ -74,7 +74,9 @@ _UNSUPPORTED: dict[type[BaseModel], dict[str, str]] = {
     EC2NodeClassSpec: UNSUPPORTED,
     KubeletConfiguration: dict.fromkeys(_KNOWN_KUBELET, UNSUPPORTED_KUBELET),
 }
-_LIMITS_NOTE = "spotwright limits only cpu, memory, nodes and nvidia.com/gpu"
+_LIMITS_NOTE = (
+    "spotwright limits only cpu, memory, nodes, nvidia.com/gpu, pods and ephemeral-storage"
+)
 
 
 @dataclass(frozen=True)

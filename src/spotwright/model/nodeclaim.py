@@ -28,7 +28,7 @@ from spotwright.model.fields import (
     StrictInt,
     Whole,
 )
-from spotwright.model.nodepool import RequirementSpec, TaintSpec
+from spotwright.model.nodepool import NodeClassRef, RequirementSpec, TaintSpec
 
 __all__ = [
     "FINALIZER",
@@ -86,6 +86,11 @@ class NodeClaimSpec(ConfigModel):
     instance_types: list[str] = Field(default_factory=list, max_length=600)
     resources: ResourceRequests = Field(default_factory=ResourceRequests)
     taints: list[TaintSpec] = Field(default_factory=list)
+    #: Put on the node at registration and removed by an agent; the claim is initialized
+    #: once they are gone.
+    startup_taints: list[TaintSpec] = Field(default_factory=list)
+    #: The EC2NodeClass the instance is launched with (its NodePool's ``nodeClassRef``).
+    node_class_ref: NodeClassRef | None = None
 
 
 class NodeClaimStatus(LenientModel):

@@ -7,7 +7,8 @@ block devices and instance metadata options. The model follows Karpenter's
 spotwright's own ``spotwright.io/v1alpha1`` group as well, so a class written for
 Karpenter is read unchanged. ``spotwright import karpenter`` converts one; the fields of
 Karpenter's class this model does not carry are listed in ``UNSUPPORTED`` with the reason,
-so the importer can say what it drops.
+so the importer can say what it drops. On EC2 a class is resolved for launching by
+``adapters.aws.nodeclasses``.
 """
 
 from __future__ import annotations

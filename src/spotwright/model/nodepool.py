@@ -181,7 +181,7 @@ def _restricted_key(key: str) -> str | None:
 
 
 class NodeClassRef(ConfigModel):
-    """Accepted for compatibility; the simulated and EC2 worlds use one implicit class."""
+    """The EC2NodeClass whose subnets, security groups, AMI and role launch the nodes."""
 
     group: str = "karpenter.k8s.aws"
     kind: str = "EC2NodeClass"
@@ -210,10 +210,17 @@ class NodeClaimTemplate(ConfigModel):
 
 
 class Limits(ConfigModel):
+    """Ceilings on what the pool's nodes have together (allocatable, as Karpenter counts)."""
+
+    # Any resource the packer counts can be limited. Extended resources are not: no
+    # instance type in the catalog offers one, so such a limit could never bind; like any
+    # other unknown name it is refused at its own path rather than silently ignored.
     cpu: Cpu | None = None
     memory: Memory | None = None
     nodes: Whole | None = None
     nvidia_gpu: Whole | None = Field(default=None, alias="nvidia.com/gpu")
+    pods: Whole | None = None
+    ephemeral_storage: Memory | None = Field(default=None, alias="ephemeral-storage")
 
 
 _CRON_MACROS = frozenset(
@@ -328,23 +335,32 @@ class NodePool(ConfigModel):
     def limits(self) -> Resources | None:
         """The resource ceiling for the pool's nodes together, or None if it has none.
 
-        Dimensions the pool does not limit (and ``pods``/``ephemeral`` always) hold
+        Dimensions the pool does not limit hold
         ``UNLIMITED``, so ``(in_use + new).fits_in(limits)`` is the whole check.
         """
         limits = self.spec.limits
-        if limits is None or (limits.cpu, limits.memory, limits.nvidia_gpu) == (None,) * 3:
+        if limits is None:
+            return None
+        dims = (limits.cpu, limits.memory, limits.nvidia_gpu, limits.pods, limits.ephemeral_storage)
+        if dims == (None,) * 5:
             return None
         return Resources(
             cpu=UNLIMITED if limits.cpu is None else limits.cpu,
             memory=UNLIMITED if limits.memory is None else limits.memory,
             gpu=UNLIMITED if limits.nvidia_gpu is None else limits.nvidia_gpu,
-            pods=UNLIMITED,
-            ephemeral=UNLIMITED,
+            pods=UNLIMITED if limits.pods is None else limits.pods,
+            ephemeral=UNLIMITED if limits.ephemeral_storage is None else limits.ephemeral_storage,
         )
 
     def node_limit(self) -> int | None:
         """The most nodes the pool may have at once (``spec.limits.nodes``), if limited."""
         return None if self.spec.limits is None else self.spec.limits.nodes
+
+    @property
+    def node_class(self) -> str | None:
+        """The name in ``nodeClassRef``, if the pool names a class."""
+        ref = self.spec.template.spec.node_class_ref
+        return ref.name if ref is not None else None
 
 
 def check_nodepool(

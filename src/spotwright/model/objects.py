@@ -200,7 +200,11 @@ class NodeClaim:
     requests: Resources = field(default_factory=Resources)
     labels: dict[str, str] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
+    #: Put on the node at registration, removed by an agent; pods need not tolerate them.
+    startup_taints: tuple[Taint, ...] = ()
     created_at: float = 0.0
+    #: The EC2NodeClass its NodePool names (how to launch it); empty: the cloud's defaults.
+    node_class: str = ""
     # status
     provider_id: str = ""
     instance_type: str = ""

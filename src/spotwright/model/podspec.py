@@ -11,7 +11,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from spotwright.model import labels as wk
 from spotwright.model.errors import show
@@ -38,7 +45,7 @@ from spotwright.model.objects import (
     TopologySpreadConstraint,
     WeightedPodAffinityTerm,
 )
-from spotwright.model.resources import Resources
+from spotwright.model.resources import Resources, is_extended, whole
 
 __all__ = [
     "PodSpec",
@@ -57,17 +64,13 @@ def canonical_labels(labels: dict[str, str]) -> dict[str, str]:
 
 def pod_resources(requests: Resources) -> Resources:
     """A pod's requests plus the one pod slot it takes, as the kube-scheduler counts it."""
-    return Resources(requests.cpu, requests.memory, requests.gpu, 1, requests.ephemeral)
+    return Resources(
+        requests.cpu, requests.memory, requests.gpu, 1, requests.ephemeral, requests.extended
+    )
 
 
 def _larger(a: Resources, b: Resources) -> Resources:
-    return Resources(
-        max(a.cpu, b.cpu),
-        max(a.memory, b.memory),
-        max(a.gpu, b.gpu),
-        max(a.pods, b.pods),
-        max(a.ephemeral, b.ephemeral),
-    )
+    return a.larger(b)
 
 
 class TolerationSpec(ConfigModel):
@@ -91,12 +94,35 @@ class TolerationSpec(ConfigModel):
 
 
 class ResourceList(ConfigModel):
-    """The resources a pod can ask for that spotwright schedules on."""
+    """The resources a pod can ask for that spotwright schedules on.
+
+    Besides the named fields, any extended resource (``aws.amazon.com/neuron``,
+    ``example.com/foo``) is accepted as a whole count; other names are errors.
+    """
 
     cpu: Cpu | None = None
     memory: Memory | None = None
     nvidia_gpu: Whole | None = Field(default=None, alias="nvidia.com/gpu")
     ephemeral_storage: Memory | None = Field(default=None, alias="ephemeral-storage")
+
+    _extended: dict[str, int] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _split_extended(cls, data: Any, handler: ModelWrapValidatorHandler[ResourceList]) -> Any:
+        """Extended resources have open-ended names, so they are set aside before the
+        fields are validated (any other unknown name stays an error at its own path)."""
+        extended: dict[str, int] = {}
+        if isinstance(data, dict) and any(isinstance(k, str) and is_extended(k) for k in data):
+            extended = {k: whole(k, v) for k, v in data.items() if is_extended(k)}
+            data = {k: v for k, v in data.items() if k not in extended}
+        model = handler(data)
+        if extended:
+            model._extended.update(extended)
+        return model
+
+    def extended(self) -> dict[str, int]:
+        return self._extended
 
     def to_resources(self, defaults: ResourceList | None = None) -> Resources:
         """Each unset dimension falls back to ``defaults`` (a container's limits)."""
@@ -107,11 +133,13 @@ class ResourceList(ConfigModel):
                 own = getattr(defaults, name)
             return int(own or 0)
 
+        extended = (defaults.extended() if defaults is not None else {}) | self.extended()
         return Resources(
             cpu=pick("cpu"),
             memory=pick("memory"),
             gpu=pick("nvidia_gpu"),
             ephemeral=pick("ephemeral_storage"),
+            extended=tuple(sorted((k, n) for k, n in extended.items() if n)),
         )
 
 

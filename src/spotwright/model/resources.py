@@ -10,7 +10,17 @@ import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
-__all__ = ["GPU", "Resources", "parse_cpu", "parse_memory", "parse_quantity"]
+__all__ = [
+    "GPU",
+    "NATIVE",
+    "Extended",
+    "Resources",
+    "is_extended",
+    "parse_cpu",
+    "parse_memory",
+    "parse_quantity",
+    "whole",
+]
 
 GPU = "nvidia.com/gpu"
 
@@ -63,12 +73,35 @@ def parse_memory(value: str | int | float) -> int:
     return int(parse_quantity(value).to_integral_value(rounding="ROUND_CEILING"))
 
 
+#: Resource names with a field of their own; every other name is an extended resource.
+NATIVE = frozenset({"cpu", "memory", GPU, "pods", "ephemeral-storage"})
+
+Extended = tuple[tuple[str, int], ...]
+
+
+def is_extended(name: str) -> bool:
+    """Whether ``name`` is an extended resource (a device plugin's or an operator's count).
+
+    Kubernetes requires them to be domain-qualified outside ``kubernetes.io``, like
+    ``aws.amazon.com/neuron``, ``vpc.amazonaws.com/pod-eni`` or ``example.com/foo``.
+    """
+    domain, slash, rest = name.partition("/")
+    return (
+        bool(slash and domain and rest)
+        and name not in NATIVE
+        and domain != "kubernetes.io"
+        and not domain.endswith(".kubernetes.io")
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Resources:
     """A bundle of schedulable resources: what a pod asks for or a node offers.
 
     ``cpu`` is in millicores, ``memory`` and ``ephemeral`` in bytes, ``gpu`` counts
-    ``nvidia.com/gpu`` devices and ``pods`` counts pod slots.
+    ``nvidia.com/gpu`` devices and ``pods`` counts pod slots. ``extended`` holds every
+    other (extended) resource as sorted ``(name, count)`` pairs without zeros; it is
+    empty for nearly every pod, so the arithmetic below takes a fast path then.
     """
 
     cpu: int = 0
@@ -76,14 +109,16 @@ class Resources:
     gpu: int = 0
     pods: int = 0
     ephemeral: int = 0
+    extended: Extended = ()
 
     @classmethod
     def from_k8s(cls, values: dict[str, str | int | float] | None, *, pods: int = 0) -> Resources:
         """Build from a Kubernetes ResourceList (``{"cpu": "500m", "memory": "1Gi"}``)."""
         values = values or {}
-        unknown = set(values) - {"cpu", "memory", GPU, "pods", "ephemeral-storage"}
+        unknown = [k for k in values if k not in NATIVE and not is_extended(k)]
         if unknown:
             raise ValueError(f"unsupported resource name(s): {', '.join(sorted(unknown))}")
+        extended = tuple(sorted((k, whole(k, v)) for k, v in values.items() if k not in NATIVE))
         return cls(
             cpu=parse_cpu(values["cpu"]) if "cpu" in values else 0,
             memory=parse_memory(values["memory"]) if "memory" in values else 0,
@@ -92,6 +127,7 @@ class Resources:
             ephemeral=(
                 parse_memory(values["ephemeral-storage"]) if "ephemeral-storage" in values else 0
             ),
+            extended=tuple((k, n) for k, n in extended if n),
         )
 
     def __add__(self, other: Resources) -> Resources:
@@ -101,6 +137,7 @@ class Resources:
             self.gpu + other.gpu,
             self.pods + other.pods,
             self.ephemeral + other.ephemeral,
+            _combine(self.extended, other.extended, 1) if self.extended or other.extended else (),
         )
 
     def __sub__(self, other: Resources) -> Resources:
@@ -110,6 +147,7 @@ class Resources:
             self.gpu - other.gpu,
             self.pods - other.pods,
             self.ephemeral - other.ephemeral,
+            _combine(self.extended, other.extended, -1) if self.extended or other.extended else (),
         )
 
     def fits_in(self, capacity: Resources) -> bool:
@@ -120,6 +158,30 @@ class Resources:
             and self.gpu <= capacity.gpu
             and self.pods <= capacity.pods
             and self.ephemeral <= capacity.ephemeral
+            and (not self.extended or not self.short_of(capacity))
+        )
+
+    def short_of(self, capacity: Resources) -> list[str]:
+        """The extended resources these requests need more of than ``capacity`` has."""
+        have = dict(capacity.extended)
+        return [name for name, n in self.extended if n > have.get(name, 0)]
+
+    def amount(self, name: str) -> int:
+        """The quantity of one resource by its Kubernetes name (0 if absent)."""
+        native = _FIELDS.get(name)
+        if native is not None:
+            return int(getattr(self, native))
+        return dict(self.extended).get(name, 0)
+
+    def larger(self, other: Resources) -> Resources:
+        """The larger of the two on every dimension (init containers, DaemonSet sizes)."""
+        return Resources(
+            max(self.cpu, other.cpu),
+            max(self.memory, other.memory),
+            max(self.gpu, other.gpu),
+            max(self.pods, other.pods),
+            max(self.ephemeral, other.ephemeral),
+            _largest(self.extended, other.extended) if self.extended or other.extended else (),
         )
 
     def scaled(self, factor: int) -> Resources:
@@ -129,6 +191,7 @@ class Resources:
             self.gpu * factor,
             self.pods * factor,
             self.ephemeral * factor,
+            tuple((k, n * factor) for k, n in self.extended if n * factor),
         )
 
     def describe(self) -> str:
@@ -138,7 +201,39 @@ class Resources:
             parts.append(f"gpu={self.gpu}")
         if self.pods:
             parts.append(f"pods={self.pods}")
+        parts.extend(f"{name}={n}" for name, n in self.extended)
         return " ".join(parts)
+
+
+_FIELDS = {
+    "cpu": "cpu",
+    "memory": "memory",
+    GPU: "gpu",
+    "pods": "pods",
+    "ephemeral-storage": "ephemeral",
+}
+
+
+def whole(name: str, value: str | int | float) -> int:
+    """An extended resource's quantity: Kubernetes allows whole numbers only."""
+    number = parse_quantity(value)
+    if number != number.to_integral_value():
+        raise ValueError(f"{name} must be a whole number, got {value!r}")
+    return int(number)
+
+
+def _combine(a: Extended, b: Extended, sign: int) -> Extended:
+    out = dict(a)
+    for name, n in b:
+        out[name] = out.get(name, 0) + sign * n
+    return tuple(sorted((k, n) for k, n in out.items() if n))
+
+
+def _largest(a: Extended, b: Extended) -> Extended:
+    out = dict(a)
+    for name, n in b:
+        out[name] = max(out.get(name, 0), n)
+    return tuple(sorted((k, n) for k, n in out.items() if n))
 
 
 def _human_bytes(value: int) -> str:

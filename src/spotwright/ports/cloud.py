@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from spotwright.catalog._types import InstanceType
 
@@ -20,9 +20,12 @@ __all__ = [
     "Instance",
     "InsufficientCapacityError",
     "LaunchRequest",
+    "NodeClassResolver",
+    "NodeClassState",
     "Offering",
     "OfferingError",
     "QuotaExceededError",
+    "node_class_state",
 ]
 
 
@@ -53,6 +56,29 @@ class LaunchRequest:
     capacity_type: str
     offerings: tuple[Offering, ...]
     tags: tuple[tuple[str, str], ...] = ()
+    #: The node class (EC2NodeClass) the claim's NodePool names: how to launch (subnets,
+    #: security groups, AMI, role, tags...). None: the cloud's own defaults.
+    node_class: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeClassState:
+    """What a node class allows, as data the provisioner folds into a NodePool's template.
+
+    ``zones`` are those of the class's subnets and ``architectures`` those of its images
+    (None: no restriction). A class that cannot launch at all (no subnet matches its
+    selectors, no image, a missing role) says why in ``problem``; its NodePools are left
+    out of scheduling and their pods stay pending with that reason.
+    """
+
+    name: str | None
+    zones: frozenset[str] | None = None
+    architectures: frozenset[str] | None = None
+    problem: str = ""
+
+    @property
+    def ready(self) -> bool:
+        return not self.problem
 
 
 @dataclass(slots=True)
@@ -126,3 +152,19 @@ class Cloud(Protocol):
     async def list_owned(self) -> list[Instance]:
         """Live instances tagged as launched by this cluster, for garbage collection."""
         ...
+
+
+@runtime_checkable
+class NodeClassResolver(Protocol):
+    """A cloud whose launches depend on node classes (EC2 does; the simulated worlds may)."""
+
+    async def node_class(self, name: str | None) -> NodeClassState:
+        """The class's state, resolved (and cached) by the cloud; None: its defaults."""
+        ...
+
+
+async def node_class_state(cloud: object, name: str | None) -> NodeClassState:
+    """``cloud.node_class(name)`` for a cloud that resolves classes; unrestricted otherwise."""
+    if isinstance(cloud, NodeClassResolver):
+        return await cloud.node_class(name)
+    return NodeClassState(name)

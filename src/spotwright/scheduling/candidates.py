@@ -82,6 +82,7 @@ class Candidates:
 
     __slots__ = (
         "_anchor",
+        "_by_value",
         "_frontier",
         "_per_pod",
         "_rates",
@@ -99,6 +100,7 @@ class Candidates:
         self.types = tuple(t for _, t in pairs)
         self.prices = tuple(p for p, _ in pairs)
         self._frontier: dict[float, tuple[Vec, ...]] = {}
+        self._by_value: dict[str, tuple[tuple[Vec, ...], ...]] = {}
         self._anchor: dict[object, tuple[int, float]] = {}
         self._values: dict[str, frozenset[str]] = {}
         self._zc: dict[int, tuple[set[str], set[str]]] = {}
@@ -202,12 +204,26 @@ class Candidates:
             {t.cap for t, p in zip(self.types, self.prices, strict=True) if p <= max_price},
             reverse=True,
         )
-        kept: list[Vec] = []
-        for cap in caps:
-            if not any(all(k[d] >= cap[d] for d in range(5)) for k in kept):
-                kept.append(cap)
-        result = tuple(kept)
+        result = _undominated(caps)
         self._frontier[max_price] = result
+        return result
+
+    def value_frontiers(self, key: str) -> tuple[tuple[Vec, ...], ...]:
+        """For each value the types carry for label ``key``, its undominated capacities.
+
+        A claim of requests ``total`` can launch as ``n`` values of ``key`` where ``n`` is
+        how many of these hold a capacity at least ``total``: what ``minValues`` counts.
+        """
+        cached = self._by_value.get(key)
+        if cached is not None:
+            return cached
+        caps: dict[str, set[Vec]] = {}
+        for slot in self.types:
+            value = slot.itype.labels.get(key)
+            if value is not None:
+                caps.setdefault(value, set()).add(slot.cap)
+        result = tuple(_undominated(sorted(c, reverse=True)) for _, c in sorted(caps.items()))
+        self._by_value[key] = result
         return result
 
     def possible_values(self, key: str) -> frozenset[str]:
@@ -276,6 +292,15 @@ class Candidates:
                 best_cost, best_nodes, best_price = cost, nodes, price
         self._anchor[klass] = (count, best_price)
         return max(best_price, floor) if best_price != math.inf else floor
+
+
+def _undominated(caps: list[Vec]) -> tuple[Vec, ...]:
+    """The capacities no other one covers on every dimension (``caps`` sorted descending)."""
+    kept: list[Vec] = []
+    for cap in caps:
+        if not any(all(k[d] >= cap[d] for d in range(5)) for k in kept):
+            kept.append(cap)
+    return tuple(kept)
 
 
 class CatalogView:

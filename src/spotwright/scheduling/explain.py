@@ -23,6 +23,10 @@ if TYPE_CHECKING:
 __all__ = ["explain"]
 
 
+#: The packer's resource dimensions by their Kubernetes names, as NodePool limits use them.
+_LIMITED = ("cpu", "memory", GPU, "pods", "ephemeral-storage")
+
+
 def _gib(value: int) -> str:
     return f"{value / 2**30:g}Gi"
 
@@ -51,9 +55,9 @@ def _pool_reason(sched: _Scheduler, pool: Pool, group: Group, v: Variant) -> str
             return f"incompatible with {name}: {theirs} but the NodePool sets no {key} label"
         return f"incompatible with {name}: requirement {mine.describe(key)} vs {theirs}"
     reqs = pool.reqs.intersect(v.reqs)
-    cands = sched.catalog.candidates(reqs)
+    cands = pool.catalog.candidates(reqs)
     if not cands.types:
-        if not sched.catalog.label_compatible(reqs):
+        if not pool.catalog.label_compatible(reqs):
             return f"no instance type in {name} matches {reqs}"
         return f"no available offering in {name} for {reqs} (all are unavailable now)"
     need = group.req
@@ -79,11 +83,11 @@ def _pool_reason(sched: _Scheduler, pool: Pool, group: Group, v: Variant) -> str
     if pool.nodes_left is not None and pool.nodes_left <= 0:
         return f"{name} node limit reached"
     if pool.budget is not None:
-        left = [pool.budget[d] - pool.used[d] for d in range(3)]
+        left = [pool.budget[d] - pool.used[d] for d in range(5)]
         fitting = [t for t in cands.types if all(t.cap[d] >= need[d] for d in range(5))]
-        if fitting and not any(all(t.alloc[d] <= left[d] for d in range(3)) for t in fitting):
+        if fitting and not any(all(t.alloc[d] <= left[d] for d in range(5)) for t in fitting):
             smallest = min(fitting, key=lambda t: (t.alloc[0], t.alloc[1]))
-            dims = [n for d, n in enumerate(("cpu", "memory", GPU)) if smallest.alloc[d] > left[d]]
+            dims = [n for d, n in enumerate(_LIMITED) if smallest.alloc[d] > left[d]]
             return f"{name} limits exceeded ({', '.join(dims)})"
     if v.has_terms:
         return f"{name} cannot satisfy the pod's {_terms(v)}"
@@ -100,6 +104,12 @@ def _terms(v: Variant) -> str:
 def explain(sched: _Scheduler, group: Group) -> str:
     """One reason for the whole group, judged against its loosest variant."""
     v = group.variants[-1]
+    if group.ext:
+        # no instance type lists extended resources, so only existing nodes can take these
+        names = ", ".join(f"{n} {name}" for name, n in group.ext)
+        return (
+            f"no instance type offers {names}: only an existing node with it free can take the pod"
+        )
     if not sched.pools:
         return "no NodePool can create capacity and no existing node fits"
     reasons = [_pool_reason(sched, pool, group, v) for pool in sched.pools]

@@ -110,7 +110,7 @@ def _class_candidates(sched: _Scheduler, e: Entry) -> Candidates | None:
         reqs = sched.meet(pool.reqs, e.variant.reqs)
         if reqs is None:
             continue
-        cands = sched.catalog.candidates(reqs)
+        cands = pool.catalog.candidates(reqs)
         if cands.types:
             return cands
     return None

@@ -24,7 +24,7 @@ def pod_requests(pod: Pod) -> Resources:
     """What the pod takes from a node: its requests, its overhead and one pod slot."""
     total = pod.requests + pod.overhead if pod.overhead != Resources() else pod.requests
     if total.pods < 1:
-        total = Resources(total.cpu, total.memory, total.gpu, 1, total.ephemeral)
+        total = Resources(total.cpu, total.memory, total.gpu, 1, total.ephemeral, total.extended)
     return total
 
 
@@ -65,4 +65,8 @@ def node_fit(
         return f"Insufficient {GPU}"
     if need.ephemeral > 0 and need.ephemeral > free.ephemeral:
         return "Insufficient ephemeral-storage"
+    if need.extended:
+        short = need.short_of(free)
+        if short:
+            return f"Insufficient {short[0]}"
     return None

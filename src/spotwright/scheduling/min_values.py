@@ -4,10 +4,12 @@ A requirement such as ``instance-family In [c5, m5, r5], minValues: 2`` says eve
 of the pool must be launchable as at least two families, so one family running short of
 spot capacity cannot strand it. A claim's candidate types shrink as pods are packed onto
 it (big claims only fit big types), so a claim can end up below the floor even though
-its pods, on smaller claims, would not. ``enforce_min_values`` checks every planned claim
-and, for one that breaks its floor, packs its pods again onto claims that keep it, adding
-pods to a claim only while the floor holds. Pods that break the floor even alone stay
-pending with the reason, as with Karpenter's ``Strict`` policy.
+its pods, on smaller claims, would not. The packer already stops growing a claim before
+it breaks its floor (``floors``); ``enforce_min_values`` checks every planned claim after
+it and, for one that still breaks its floor (its first pods broke it alone), packs its
+pods again onto claims that keep it, adding pods to a claim only while the floor holds.
+Pods that break the floor even alone stay pending with the reason, as with Karpenter's
+``Strict`` policy.
 
 Repacking is only done where it cannot break another rule: not for pools with limits
 (the extra claims would have to be counted against them) and not for pods with topology
@@ -37,7 +39,7 @@ def enforce_min_values(
     instance_types: Sequence[InstanceType],
     offerings: Sequence[Offering],
     *,
-    daemon_overhead: Resources = _NO_OVERHEAD,
+    daemon_overhead: Resources | Mapping[str, Resources] = _NO_OVERHEAD,
 ) -> Plan:
     """``plan`` with every new claim meeting its NodePool's ``minValues`` (see module doc)."""
     floors = {

@@ -34,7 +34,7 @@ def describe_claim(
             continue
         if left is not None:
             alloc = types[i].alloc
-            if alloc[0] > left[0] or alloc[1] > left[1] or alloc[2] > left[2]:
+            if any(alloc[d] > left[d] for d in range(5)):
                 continue
         kept.append(i)
         if len(kept) >= MAX_INSTANCE_TYPES:

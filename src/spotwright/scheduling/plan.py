@@ -20,8 +20,10 @@ __all__ = ["ClaimPlan", "ExistingCapacity", "NodePoolTemplate", "Plan"]
 class NodePoolTemplate:
     """What a NodePool lets the scheduler create, and how much it still may.
 
-    ``remaining`` is the capacity (allocatable) left under ``spec.limits``; None means no
-    limit. ``nodes_remaining`` bounds how many new claims may be opened.
+    ``remaining`` is the capacity (allocatable) left under ``spec.limits``, on every
+    dimension (cpu, memory, GPUs, pods, ephemeral storage; one the pool does not limit
+    holds a huge value such as ``model.nodepool.UNLIMITED``); None means no limit.
+    ``nodes_remaining`` bounds how many new claims may be opened.
     """
 
     name: str
@@ -31,6 +33,9 @@ class NodePoolTemplate:
     taints: tuple[Taint, ...] = ()
     remaining: Resources | None = None
     nodes_remaining: int | None = None
+    #: Placed on new nodes at registration and removed by an agent later: pods need not
+    #: tolerate them, so the scheduler never looks at them; they ride along to the claim.
+    startup_taints: tuple[Taint, ...] = ()
 
 
 @dataclass
@@ -67,6 +72,7 @@ class ClaimPlan:
     taints: tuple[Taint, ...] = ()
     #: The cheapest available offering's hourly price for the first instance type.
     price: float = 0.0
+    startup_taints: tuple[Taint, ...] = ()
 
 
 @dataclass

@@ -26,6 +26,7 @@ from spotwright.model.objects import (
     PodAffinityTerm,
     TopologySpreadConstraint,
 )
+from spotwright.model.resources import Extended
 from spotwright.scheduling.candidates import Vec, vec
 from spotwright.scheduling.fit import pod_requests, pod_requirements
 from spotwright.scheduling.requirements import Requirements, canonical_key
@@ -66,6 +67,8 @@ class Group:
     order_key: tuple[object, ...] = ()
     #: Required hostname anti-affinity keeps these pods apart: one per node.
     solo: bool = False
+    #: Extended resources each pod requests (device counts and the like), by name.
+    ext: Extended = ()
 
 
 def has_topology(pod: Pod) -> bool:
@@ -184,7 +187,8 @@ def build_groups(pods: Sequence[Pod], with_labels: bool) -> list[Group]:
             first.uid,
         )
         solo = _one_per_node(first)
-        groups.append((order, Group(members, vec(need), vs, klass, order, solo)))
+        group = Group(members, vec(need), vs, klass, order, solo, need.extended)
+        groups.append((order, group))
     groups.sort(key=lambda item: item[0])
     return _interleave([g for _, g in groups], total_cpu, total_mem)
 

@@ -10,14 +10,26 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from spotwright.model.objects import Pod
-from spotwright.scheduling.candidates import Candidates, Vec
+from spotwright.model.resources import Extended
+from spotwright.scheduling.candidates import Candidates, CatalogView, Vec
 from spotwright.scheduling.plan import ExistingCapacity, NodePoolTemplate
 from spotwright.scheduling.requirements import Requirements
 from spotwright.scheduling.topology import Constraint, Counter
 
-__all__ = ["BIG", "ClaimState", "NodeState", "Pool", "Profile", "plus", "room"]
+__all__ = [
+    "BIG",
+    "ClaimState",
+    "NodeState",
+    "Pool",
+    "Profile",
+    "node_room",
+    "plus",
+    "room",
+    "take_from_node",
+]
 
 BIG = 2**62
+_ZERO: Vec = (0, 0, 0, 0, 0)
 
 
 @dataclass(eq=False, slots=True)
@@ -26,10 +38,14 @@ class Pool:
 
     template: NodePoolTemplate
     reqs: Requirements
+    #: The instance types as this pool's nodes see them (after its DaemonSets' overhead).
+    catalog: CatalogView
     cands: Candidates
     budget: list[int] | None
     nodes_left: int | None
     used: list[int] = field(default_factory=lambda: [0, 0, 0, 0, 0])
+    #: ``minValues`` as (label key, least values): claims stop growing before breaking one.
+    floors: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(eq=False, slots=True)
@@ -39,6 +55,8 @@ class NodeState:
     cap: ExistingCapacity
     host: str
     free: Vec
+    #: Extended resources still free (device counts, pod ENIs), by name.
+    ext: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(eq=False, slots=True)
@@ -82,6 +100,22 @@ def room(cap: Vec, total: Vec, req: Vec) -> int:
             if n < best:
                 best = n
     return best
+
+
+def node_room(node: NodeState, req: Vec, ext: Extended) -> int:
+    """How many more pods of ``req`` (and ``ext`` extended resources) ``node`` holds."""
+    best = room(node.free, _ZERO, req)
+    for name, n in ext:
+        left = node.ext.get(name, 0) // n
+        if left < best:
+            best = left
+    return best
+
+
+def take_from_node(node: NodeState, req: Vec, ext: Extended, k: int) -> None:
+    node.free = plus(node.free, req, -k)
+    for name, n in ext:
+        node.ext[name] = node.ext.get(name, 0) - k * n
 
 
 def plus(total: Vec, req: Vec, k: int) -> Vec:

@@ -24,7 +24,7 @@ from spotwright.model.objects import Pod
 from spotwright.scheduling.fill import Entry
 from spotwright.scheduling.queue import Variant
 from spotwright.scheduling.requirements import KeyRequirement
-from spotwright.scheduling.state import Profile, room
+from spotwright.scheduling.state import Profile, node_room
 from spotwright.scheduling.topology import Counter, PodTopology
 
 if TYPE_CHECKING:
@@ -32,8 +32,6 @@ if TYPE_CHECKING:
     from spotwright.scheduling.queue import Group
 
 __all__ = ["defer_zonal", "release", "zonal_key"]
-
-_ZERO = (0, 0, 0, 0, 0)
 
 
 def zonal_key(prof: Profile) -> str | None:
@@ -120,7 +118,7 @@ def _possible(sched: _Scheduler, group: Group, v: Variant, key: str) -> frozense
         reqs = sched.meet(pool.reqs, v.reqs)
         if reqs is None:
             continue
-        cands = sched.catalog.candidates(reqs)
+        cands = pool.catalog.candidates(reqs)
         if cands.types:
             return cands.possible_values(key)
     return frozenset()
@@ -138,10 +136,10 @@ def _to_existing(
     for j, node in enumerate(sched.nodes):
         if (
             sched.node_static_ok(j, node, group, v)
-            and room(node.free, _ZERO, req) >= 1
+            and node_room(node, req, group.ext) >= 1
             and pt.node_ok(node.host, node.cap.labels)
         ):
-            sched.to_node(node, [pod], req, 1)
+            sched.to_node(node, [pod], group, 1)
             sched.record(prof, 1, node.host, node)
             sched.placed(group, 1)
             return True

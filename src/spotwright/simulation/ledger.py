@@ -4,7 +4,9 @@ The ledger watches the in-memory cluster through its observer hooks: time-weight
 replicas over desired replicas (availability), how long pods waited to be scheduled, how long
 the pods of an interrupted node took to be ready elsewhere, and which pods were lost (killed
 without a completed graceful eviction). For node groups it keeps each group's nodes by
-capacity type and how long the group had at least its target split up.
+capacity type and how long the group had at least its target split up. How each
+interrupted node's pods moved, and how close each PodDisruptionBudget came to its floor,
+are kept in ``simulation.disruption``.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from spotwright.model.objects import Pod
+from spotwright.model.objects import Pod, PodDisruptionBudget
+from spotwright.simulation.disruption import BudgetBooks, InterruptedNodes
 
 __all__ = ["GroupBooks", "Ledger", "percentile"]
 
@@ -67,6 +70,8 @@ class Ledger:
         self.evicted = 0
         self.lost = 0
         self.groups: dict[str, GroupBooks] = {}
+        self.interrupted = InterruptedNodes()
+        self.budgets = BudgetBooks()
 
     # -- availability -------------------------------------------------------------
     def _advance(self, now: float) -> None:
@@ -103,14 +108,28 @@ class Ledger:
     # -- interruption bookkeeping -----------------------------------------------------
     def notice(self, node_name: str, now: float) -> None:
         self._noticed_nodes.setdefault(node_name, now)
+        self.interrupted.signal(node_name, now, notice=True)
+
+    def rebalance(self, node_name: str, now: float) -> None:
+        """A rebalance recommendation for the node: its move may start before any notice."""
+        self.interrupted.signal(node_name, now, notice=False)
+
+    def node_ready(self, node_name: str, now: float) -> None:
+        self.interrupted.node_ready(node_name, now)
+
+    def track_pdb(self, pdb: PodDisruptionBudget, now: float) -> None:
+        self.budgets.track(pdb, now)
 
     # -- observer hooks (called by the memory cluster) -----------------------------------
     def desired_changed(self, deployment: str, replicas: int, now: float) -> None:
         self._advance(now)
         self._desired[deployment] = replicas
+        self.budgets.desired_changed(deployment, replicas, now)
 
     def pod_created(self, pod: Pod, replaces: Pod | None, now: float) -> None:
         self._created[pod.uid] = now
+        self.interrupted.pod_created(pod, replaces, now)
+        self.budgets.pod_created(pod, now)
         if replaces is None:
             return
         origin = self._origin.pop(replaces.uid, None)
@@ -122,11 +141,14 @@ class Ledger:
     def pod_bound(self, pod: Pod, now: float) -> None:
         created = self._created.pop(pod.uid, now)
         self.max_pending = max(self.max_pending, now - created)
+        self.interrupted.pod_bound(pod, now)
 
     def pod_ready(self, pod: Pod, now: float) -> None:
         if pod.owner:
             self._advance(now)
             self._ready[pod.owner] = self._ready.get(pod.owner, 0) + 1
+        self.budgets.ready_changed(pod, +1, now)
+        self.interrupted.pod_ready(pod, now)
         origin = self._origin.pop(pod.uid, None)
         if origin is not None:
             self.recovery.append(now - origin)
@@ -135,6 +157,7 @@ class Ledger:
         if pod.owner:
             self._advance(now)
             self._ready[pod.owner] = max(0, self._ready.get(pod.owner, 0) - 1)
+        self.budgets.ready_changed(pod, -1, now)
 
     def pod_gone(self, pod: Pod, graceful: bool, now: float) -> None:
         self._created.pop(pod.uid, None)
@@ -151,3 +174,4 @@ class Ledger:
             self.max_pending = max(self.max_pending, now - created)
         for books in self.groups.values():
             books.advance(now)
+        self.budgets.close(now)

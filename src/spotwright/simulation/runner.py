@@ -125,6 +125,7 @@ async def _run(
         duration=f"{end:.0f}s",
     )
     for pdb in scenario.pdbs():
+        world.ledger.track_pdb(pdb, clock.now())
         world.cluster.apply_pdb(pdb)
     for deployment in scenario.deployments():
         world.cluster.apply_deployment(deployment)
@@ -133,7 +134,7 @@ async def _run(
         await _pass_time(clock, end, progress, tasks)
     finally:
         timeline.cancel()
-    summary = _summary(scenario, seed, world, metrics, clock.now(), end)
+    summary = _summary(scenario, seed, world, metrics, clock.now(), end, start=EPOCH)
     for task in tasks:
         task.cancel()
     return summary
@@ -227,6 +228,8 @@ def _summary(
     metrics: Metrics,
     now: float,
     end: float,
+    *,
+    start: float,
 ) -> dict[str, Any]:
     world.finish()
     ledger = world.ledger
@@ -253,16 +256,66 @@ def _summary(
             "rebalance_recommendations": world.rebalances,
             "drained_before_deadline": world.drained_before_deadline,
             "lost_before_drained": world.lost_before_drained,
-        },
+        }
+        | _moves(ledger, start),
         "pods": {
             "evicted": ledger.evicted,
             "lost": ledger.lost,
             "max_pending_seconds": round(ledger.max_pending, 3),
             "recovery_p50_seconds": round(percentile(ledger.recovery, 50), 3),
             "recovery_p99_seconds": round(percentile(ledger.recovery, 99), 3),
-        },
+        }
+        | _pods_moved(ledger),
         "availability_pct": round(ledger.availability_pct(now), 3),
+        "disruption_budgets": ledger.budgets.summary(),
     } | _groups(scenario, ledger)
+
+
+def _moves(ledger: Ledger, start: float) -> dict[str, Any]:
+    """Per interrupted node: when it was signalled, when its first pod left, when the
+    capacity its pods moved to was ready, and when the last of them was ready there."""
+
+    def at(moment: float | None) -> float | None:
+        return None if moment is None else round(moment - start, 3)
+
+    books = sorted(ledger.interrupted.nodes.values(), key=lambda b: (b.signal_at, b.node))
+    moved = [b for b in books if b.moved > 0 or b.stranded]
+    per_node = []
+    for b in moved:
+        recovery = b.recovery_seconds()
+        per_node.append(
+            {
+                "node": b.node,
+                "rebalance_at": at(b.rebalance_at),
+                "notice_at": at(b.notice_at),
+                "first_eviction_at": at(b.first_out_at),
+                "replacement_ready_at": at(b.replacement_ready_at),
+                "all_ready_at": at(b.last_ready_at) if b.recovered else None,
+                "pods_moved": b.moved,
+                "pods_waited_for_node": b.waited,
+                "replaced_before_first_eviction": b.replaced_first,
+                "recovery_seconds": None if recovery is None else round(recovery, 3),
+            }
+        )
+    return {
+        "nodes_with_pods_moved": len(moved),
+        "replaced_before_first_eviction": sum(1 for b in moved if b.replaced_first),
+        "not_recovered": sum(1 for b in moved if not b.recovered),
+        "per_node": per_node,
+    }
+
+
+def _pods_moved(ledger: Ledger) -> dict[str, Any]:
+    """How the pods that left interrupted nodes fared, and recovery counted per notice."""
+    nodes = list(ledger.interrupted.nodes.values())
+    per_notice = [r for b in nodes if (r := b.recovery_seconds()) is not None]
+    return {
+        "moved": sum(b.moved for b in nodes),
+        "waited_for_node": sum(b.waited for b in nodes),
+        "longest_wait_for_node_seconds": round(max((b.longest_wait for b in nodes), default=0.0), 3),
+        "notice_recovery_p50_seconds": round(percentile(per_notice, 50), 3),
+        "notice_recovery_p99_seconds": round(percentile(per_notice, 99), 3),
+    }
 
 
 def _groups(scenario: Scenario, ledger: Ledger) -> dict[str, Any]:

@@ -8,6 +8,8 @@ also keeps the books a user sees at the end of a run, node groups' nodes include
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import random
 from collections.abc import Mapping
 from typing import Any
@@ -21,10 +23,13 @@ from spotwright.model.nodegroup import NODEGROUP_LABEL
 from spotwright.model.nodes import node_for_instance
 from spotwright.ports.clock import Clock
 from spotwright.ports.cloud import Instance
+from spotwright.ports.cluster import NotFound
 from spotwright.simulation.ledger import Ledger
 
 __all__ = ["SimWorld"]
 
+#: How long after a node is up its agent (a CNI, a GPU operator) clears the startup taints.
+STARTUP_AGENT_SECONDS = 5.0
 _SPOT_WARNING = "EC2 Spot Instance Interruption Warning"
 _REBALANCE = "EC2 Instance Rebalance Recommendation"
 
@@ -71,6 +76,8 @@ class SimWorld:
         self._noticed: set[str] = set()
         #: Node groups whose nodes are counted, and the group each node belongs to.
         self._group_of: dict[str, str] = {}
+        #: Node agents clearing startup taints (kept so their tasks are not collected).
+        self._agents: set[asyncio.Future[None]] = set()
 
     def track_groups(self, targets: Mapping[str, Mapping[str, int]]) -> None:
         """Count the nodes of these groups (name -> target nodes by capacity type)."""
@@ -101,15 +108,32 @@ class SimWorld:
             capacity_type=instance.capacity_type,
             now=self.clock.now(),
         )
+        if claim is not None and claim.startup_taints:
+            # the kubelet registers with them; the node's agent clears them once it is up
+            node.taints.extend(t for t in claim.startup_taints if t not in node.taints)
+            keys = [t.key for t in claim.startup_taints]
+            asyncio.get_running_loop().call_later(
+                STARTUP_AGENT_SECONDS, self._start_agent, name, keys
+            )
         self._node_of[instance.id] = name
         self.running += 1
         self.peak_nodes = max(self.peak_nodes, self.running)
         self.cluster.register_node(node)
+        self.ledger.node_ready(name, self.clock.now())
         group = node.labels.get(NODEGROUP_LABEL)
         if group is not None and group in self.ledger.groups:
             self._group_of[name] = group
             self.ledger.group_launched(group, instance.capacity_type)
             self._count_group(group)
+
+    def _start_agent(self, name: str, keys: list[str]) -> None:
+        task = asyncio.ensure_future(self._clear_startup_taints(name, keys))
+        self._agents.add(task)
+        task.add_done_callback(self._agents.discard)
+
+    async def _clear_startup_taints(self, name: str, keys: list[str]) -> None:
+        with contextlib.suppress(NotFound):  # the node went away before its agent ran
+            await self.cluster.patch_node(name, remove_taints=keys)
 
     def _on_terminated(self, instance: Instance, reason: str) -> None:
         name = self._node_of.pop(instance.id, None)
@@ -140,11 +164,21 @@ class SimWorld:
                 self.ledger.notice(node, self.clock.now())
         elif kind == _REBALANCE:
             self.rebalances += 1
+            node = self._node_of.get(instance_id)
+            if node is not None:
+                self.ledger.rebalance(node, self.clock.now())
         self.queue.put(event)
 
     def finish(self) -> None:
-        """Count noticed instances that our drain terminated before the market did."""
+        """Count noticed instances that our drain terminated before the market did, and
+        close the books of interrupted nodes that still held pods to move."""
         for instance_id in list(self._noticed):
             if instance_id not in self._node_of:
                 self.drained_before_deadline += 1
                 self._noticed.discard(instance_id)
+        self.ledger.interrupted.close(
+            {
+                name: any(not p.daemon for p in self.cluster.pods_on(name))
+                for name in self.ledger.interrupted.nodes
+            }
+        )

@@ -95,6 +95,8 @@ _LAUNCH_GRANTS: Final = (
     ),
 )
 
+#: Instance profiles spotwright makes for EC2NodeClass roles (``instance_profiles``).
+_PROFILES: Final = f"{_ARN}:iam::${{AWS::AccountId}}:instance-profile/spotwright/*"
 _QUEUE: Final = f"{_ARN}:sqs:${{AWS::Region}}:${{AWS::AccountId}}:${{InterruptionQueueName}}"
 #: Any Auto Scaling group of the account in the region; the tag condition narrows it down.
 _GROUPS: Final = (
@@ -118,11 +120,17 @@ OPERATIONS: Final[Mapping[tuple[str, str], tuple[Grant, ...]]] = {
     ("ec2", "DescribeSecurityGroups"): _read("ec2:DescribeSecurityGroups"),
     ("ec2", "DescribeLaunchTemplates"): _read("ec2:DescribeLaunchTemplates"),
     ("ec2", "DescribeInstances"): _read("ec2:DescribeInstances"),
+    # EC2NodeClass amiSelectorTerms that select by id, name, owner or tags
+    ("ec2", "DescribeImages"): _read("ec2:DescribeImages"),
+    # the AMI parameters AWS publishes for EKS nodes (an EC2NodeClass alias, or the default)
     ("ssm", "GetParameter"): (
         Grant(
-            "ReadEksOptimizedAmiParameters",
+            "ReadPublicAmiParameters",
             ("ssm:GetParameter",),
-            (f"{_ARN}:ssm:${{AWS::Region}}::parameter/aws/service/eks/optimized-ami/*",),
+            tuple(
+                f"{_ARN}:ssm:${{AWS::Region}}::parameter/aws/service/{path}/*"
+                for path in ("eks/optimized-ami", "bottlerocket", "ami-windows-latest")
+            ),
         ),
     ),
     ("pricing", "GetProducts"): (Grant("ReadPrices", ("pricing:GetProducts",)),),
@@ -147,6 +155,27 @@ OPERATIONS: Final[Mapping[tuple[str, str], tuple[Grant, ...]]] = {
         ),
     ),
     ("ec2", "CreateFleet"): _LAUNCH_GRANTS,
+    # an EC2NodeClass with ``role``: an instance profile for it, made once and tagged
+    ("iam", "GetInstanceProfile"): (
+        Grant("ReadInstanceProfiles", ("iam:GetInstanceProfile",), (_PROFILES,)),
+    ),
+    ("iam", "CreateInstanceProfile"): (
+        Grant(
+            "CreateTaggedInstanceProfiles",
+            ("iam:CreateInstanceProfile", "iam:TagInstanceProfile"),
+            (_PROFILES,),
+            _REQUEST_TAGGED,
+        ),
+    ),
+    ("iam", "AddRoleToInstanceProfile"): (
+        Grant(
+            "AddNodeRoleToOwnedInstanceProfiles",
+            ("iam:AddRoleToInstanceProfile",),
+            (_PROFILES,),
+            _RESOURCE_TAGGED,
+        ),
+        _LAUNCH_GRANTS[-1],  # passes the node role
+    ),
     # after a merged launch: the node claim tag, on the cluster's own instances only
     ("ec2", "CreateTags"): (
         Grant(

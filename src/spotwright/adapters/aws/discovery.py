@@ -12,7 +12,9 @@ from them. Each part is refreshed on its own interval, measured on the injected 
   SSM GetParameter).
 
 An offering is an (instance type, zone, capacity type) where the type is offered in the
-zone, a selected subnet is in that zone, and (for spot) the pool has a spot price. On-demand
+zone, a selected subnet is in that zone (one of the default selector's, or of a node class
+resolved so far: ``add_zones``), and (for spot) the pool has a spot price. Which of those
+zones a NodePool may use is its node class's business (``nodeclasses``). On-demand
 prices come from the Pricing API when enabled, else from a catalog (by default the bundled
 one, whose prices are us-east-1's). A failed refresh keeps serving the previous data and
 tries again 30 s later; only a first fetch that fails is an error.
@@ -44,6 +46,8 @@ __all__ = [
     "Subnet",
     "ami_variant",
     "fetch_instance_types",
+    "find_security_groups",
+    "find_subnets",
 ]
 
 log = get_logger("aws.discovery")
@@ -62,14 +66,17 @@ V = TypeVar("V")
 @dataclass(frozen=True, slots=True)
 class SelectorTerm:
     """Selects subnets or security groups: all ``tags`` must match (``*`` = any value),
-    or the resource has exactly ``id``. A list of terms selects the union (Karpenter's
-    ``subnetSelectorTerms``)."""
+    and the name (security groups only), or the resource has exactly ``id``. A list of
+    terms selects the union (Karpenter's ``subnetSelectorTerms``)."""
 
     tags: Mapping[str, str] = field(default_factory=dict)
     id: str | None = None
+    name: str | None = None
 
     def filters(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
+        if self.name:
+            out.append({"Name": "group-name", "Values": [self.name]})
         for key, value in sorted(self.tags.items()):
             if value == "*":
                 out.append({"Name": "tag-key", "Values": [key]})
@@ -133,6 +140,41 @@ async def fetch_instance_types(
         if str(r.get("InstanceType")) in zones and wanted(str(r["InstanceType"]))
     }
     return {name: zones[name] for name in by_name}, by_name
+
+
+async def find_subnets(ec2: AwsCaller, terms: Sequence[SelectorTerm]) -> dict[str, Subnet]:
+    """Zone -> the available subnet launches there use: of those the terms select, the
+    one with the most free addresses (ties: the lowest id)."""
+    found: dict[str, Subnet] = {}
+    for term in terms:
+        params: dict[str, Any] = {"Filters": term.filters()}
+        if term.id:
+            params["SubnetIds"] = [term.id]
+        for row in await ec2.collect("DescribeSubnets", "Subnets", **params):
+            if row.get("State", "available") != "available":
+                continue
+            subnet = Subnet(
+                str(row["SubnetId"]),
+                str(row["AvailabilityZone"]),
+                int(row.get("AvailableIpAddressCount", 0)),
+            )
+            found[subnet.id] = subnet
+    best: dict[str, Subnet] = {}
+    for subnet in sorted(found.values(), key=lambda s: (-s.available_ips, s.id)):
+        best.setdefault(subnet.zone, subnet)
+    return dict(sorted(best.items()))
+
+
+async def find_security_groups(ec2: AwsCaller, terms: Sequence[SelectorTerm]) -> tuple[str, ...]:
+    """The ids of every security group the terms select."""
+    found: set[str] = set()
+    for term in terms:
+        params: dict[str, Any] = {"Filters": term.filters()}
+        if term.id:
+            params["GroupIds"] = [term.id]
+        rows = await ec2.collect("DescribeSecurityGroups", "SecurityGroups", **params)
+        found.update(str(row["GroupId"]) for row in rows)
+    return tuple(sorted(found))
 
 
 class _Cached(Generic[V]):
@@ -225,9 +267,12 @@ class Discovery:
         self._subnets: _Cached[dict[str, Subnet]] = _Cached("subnets", i.network, clock)
         self._groups: _Cached[tuple[str, ...]] = _Cached("security groups", i.network, clock)
         self._amis: dict[str, _Cached[str]] = {}
-        self._built: tuple[tuple[int, int, int], tuple[InstanceType, ...]] | None = None
-        self._offered: tuple[tuple[int, int, int], list[Offering]] | None = None
+        self._built: tuple[tuple[int, int, int, int], tuple[InstanceType, ...]] | None = None
+        self._offered: tuple[tuple[int, int, int, int], list[Offering]] | None = None
         self._warned_prices = False
+        #: Zones of node classes' subnets (``add_zones``), offered besides the default's.
+        self._class_zones: set[str] = set()
+        self._zones_version = 0
 
     # --- refreshing ------------------------------------------------------------------
 
@@ -278,37 +323,13 @@ class Discovery:
         return _Prices(spot, dict(on_demand), source)
 
     async def _fetch_subnets(self) -> dict[str, Subnet]:
-        found: dict[str, Subnet] = {}
-        for term in self._subnet_selector:
-            params: dict[str, Any] = {"Filters": term.filters()}
-            if term.id:
-                params["SubnetIds"] = [term.id]
-            for row in await self._ec2.collect("DescribeSubnets", "Subnets", **params):
-                if row.get("State", "available") != "available":
-                    continue
-                subnet = Subnet(
-                    str(row["SubnetId"]),
-                    str(row["AvailabilityZone"]),
-                    int(row.get("AvailableIpAddressCount", 0)),
-                )
-                found[subnet.id] = subnet
-        # One subnet per zone: the one with the most free addresses (ties: lowest id).
-        best: dict[str, Subnet] = {}
-        for subnet in sorted(found.values(), key=lambda s: (-s.available_ips, s.id)):
-            best.setdefault(subnet.zone, subnet)
+        best = await find_subnets(self._ec2, self._subnet_selector)
         if not best:
-            log.warning("no subnet matches the subnet selector", region=self.region)
-        return dict(sorted(best.items()))
+            log.info("no subnet matches the default subnet selector", region=self.region)
+        return best
 
     async def _fetch_security_groups(self) -> tuple[str, ...]:
-        found: set[str] = set()
-        for term in self._sg_selector:
-            params: dict[str, Any] = {"Filters": term.filters()}
-            if term.id:
-                params["GroupIds"] = [term.id]
-            rows = await self._ec2.collect("DescribeSecurityGroups", "SecurityGroups", **params)
-            found.update(str(row["GroupId"]) for row in rows)
-        return tuple(sorted(found))
+        return await find_security_groups(self._ec2, self._sg_selector)
 
     # --- what launches need ----------------------------------------------------------------
 
@@ -325,6 +346,10 @@ class Discovery:
             return self._ami_id
         arch, flavor = ami_variant(instance_type)
         name = self._ami_parameter.format(version=self._version, arch=arch, flavor=flavor)
+        return await self.parameter(name)
+
+    async def parameter(self, name: str) -> str:
+        """An SSM parameter's value (an AMI id), cached for the network interval."""
         cached = self._amis.get(name)
         if cached is None:
             cached = self._amis[name] = _Cached(f"AMI {name}", self.intervals.network, self._clock)
@@ -335,10 +360,26 @@ class Discovery:
 
         return await cached.get(fetch)
 
+    @property
+    def kubernetes_version(self) -> str:
+        return self._version
+
+    def add_zones(self, zones: Iterable[str]) -> None:
+        """Offer types in these zones too: a node class's subnets are there."""
+        new = set(zones) - self._class_zones
+        if new:
+            self._class_zones |= new
+            self._zones_version += 1
+
     # --- the port's synchronous views --------------------------------------------------------
 
-    def _inputs(self) -> tuple[int, int, int]:
-        return (self._types.version, self._prices.version, self._subnets.version)
+    def _inputs(self) -> tuple[int, int, int, int]:
+        return (
+            self._types.version,
+            self._prices.version,
+            self._subnets.version,
+            self._zones_version,
+        )
 
     def instance_types(self) -> tuple[InstanceType, ...]:
         if not self.ready:
@@ -372,7 +413,7 @@ class Discovery:
             return list(self._offered[1])
         data, prices = self._types.value, self._prices.value
         assert data is not None and prices is not None
-        subnet_zones = set(self._subnets.value or {})
+        subnet_zones = set(self._subnets.value or {}) | self._class_zones
         out: list[Offering] = []
         for it in types:
             classes = set(data.records[it.name].get("SupportedUsageClasses") or ())
@@ -396,7 +437,7 @@ class Discovery:
 
     def zones(self) -> tuple[str, ...]:
         """Zones where launches can go (those with a selected subnet)."""
-        return tuple(self._subnets.value or ())
+        return tuple(sorted(set(self._subnets.value or ()) | self._class_zones))
 
     def stale_parts(self) -> list[str]:
         parts: Iterable[_Cached[Any]] = (self._types, self._prices, self._subnets, self._groups)

@@ -1,12 +1,13 @@
 """EC2 behind the Cloud port: the live counterpart of the simulated market.
 
-``EC2Cloud`` discovers what it can launch (``discovery``), launches with instant-type
-CreateFleet calls (``fleet``, merged when identical, through a launch template per NodePool
-and AMI), classifies what goes wrong (``errors``), and terminates, describes and lists the
-cluster's instances. Its semantics match ``adapters.sim_market.SimulatedMarket``: the same
-validation of requests, the same error types and codes, ``offerings()`` flagging everything
-available (EC2 does not reveal capacity), and ``provider_id`` of the form
-``aws:///<zone>/<instance id>``.
+``EC2Cloud`` discovers what it can launch (``discovery``), resolves each NodePool's
+EC2NodeClass into subnets, security groups, AMIs and an instance profile (``nodeclasses``),
+launches with instant-type CreateFleet calls (``fleet``, merged when identical, through a
+launch template per NodePool, class and AMI), classifies what goes wrong (``errors``),
+and terminates, describes and lists the cluster's instances. Its semantics match
+``adapters.sim_market.SimulatedMarket``: the same validation of requests, the same error
+types and codes, ``offerings()`` flagging everything available (EC2 does not reveal
+capacity), and ``provider_id`` of the form ``aws:///<zone>/<instance id>``.
 
 Start it with ``await cloud.refresh()`` (the first discovery; ``instance_types()`` and
 ``offerings()`` are served from its caches) and keep ``cloud.run()`` running as a task so
@@ -20,22 +21,16 @@ import asyncio
 import random
 import uuid
 from collections.abc import Awaitable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Final
 
 import boto3  # type: ignore[import-untyped]
 
 from spotwright.adapters.aws import errors as classify
-from spotwright.adapters.aws._api import AwsCaller, RetryPolicy, TokenBucket, make_client
+from spotwright.adapters.aws._api import AwsCaller, TokenBucket, make_client
 from spotwright.adapters.aws._batch import Batcher
-from spotwright.adapters.aws.discovery import (
-    DEFAULT_AMI_PARAMETER,
-    Discovery,
-    RefreshIntervals,
-    SelectorTerm,
-)
+from spotwright.adapters.aws.discovery import Discovery
 from spotwright.adapters.aws.fleet import (
-    MAX_OVERRIDES,
+    NODECLASS_TAG,
     NODEPOOL_TAG,
     FleetPlan,
     Launched,
@@ -48,14 +43,17 @@ from spotwright.adapters.aws.fleet import (
     request_tags,
     shared_tags,
 )
-from spotwright.adapters.aws.launch_templates import LaunchTemplates
+from spotwright.adapters.aws.instance_profiles import InstanceProfiles
+from spotwright.adapters.aws.launch_templates import LaunchTemplates, TemplateSettings
+from spotwright.adapters.aws.nodeclasses import LaunchSpec, NodeClasses, NodeClassLookup
 from spotwright.adapters.aws.pricing import PRICING_API_REGION
+from spotwright.adapters.aws.settings import EC2Settings
 from spotwright.catalog import Catalog, load_catalog
 from spotwright.catalog._types import InstanceType
 from spotwright.model import labels as wk
 from spotwright.observability.logs import get_logger
 from spotwright.ports.clock import Clock
-from spotwright.ports.cloud import CloudError, Instance, LaunchRequest, Offering
+from spotwright.ports.cloud import CloudError, Instance, LaunchRequest, NodeClassState, Offering
 
 __all__ = ["EC2Cloud", "EC2Settings"]
 
@@ -65,41 +63,6 @@ log = get_logger("aws.ec2")
 OWNED_STATES: Final = ("pending", "running", "stopping", "stopped")
 #: EC2 filter values per filter are limited; describe asks in chunks of this many ids.
 DESCRIBE_CHUNK: Final = 200
-
-
-@dataclass(frozen=True)
-class EC2Settings:
-    """How the provider launches; everything but the cluster and Kubernetes version has a
-    default. Selectors default to the tag ``karpenter.sh/discovery: <cluster name>``."""
-
-    cluster_name: str
-    kubernetes_version: str
-    subnet_selector: tuple[SelectorTerm, ...] = ()
-    security_group_selector: tuple[SelectorTerm, ...] = ()
-    #: Pin one AMI for every type instead of the EKS-optimized SSM parameters.
-    ami_id: str | None = None
-    ami_parameter: str = DEFAULT_AMI_PARAMETER
-    instance_profile: str | None = None
-    user_data: str | None = None
-    #: Restrict discovery to these types (EC2 filter wildcards allowed, e.g. ``m5.*``).
-    instance_type_patterns: tuple[str, ...] = ()
-    #: On-demand prices from the Pricing API (else from the catalog).
-    use_pricing_api: bool = False
-    api_rate: float = 10.0
-    api_burst: int = 20
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-    fleet_idle_seconds: float = 0.035
-    fleet_max_seconds: float = 1.0
-    fleet_max_items: int = 1000
-    terminate_idle_seconds: float = 0.1
-    terminate_max_seconds: float = 1.0
-    terminate_max_items: int = 500
-    max_overrides: int = MAX_OVERRIDES
-    intervals: RefreshIntervals = field(default_factory=RefreshIntervals)
-
-    def selectors(self) -> tuple[tuple[SelectorTerm, ...], tuple[SelectorTerm, ...]]:
-        default = (SelectorTerm(tags={"karpenter.sh/discovery": self.cluster_name}),)
-        return (self.subnet_selector or default, self.security_group_selector or default)
 
 
 class EC2Cloud:
@@ -114,6 +77,8 @@ class EC2Cloud:
         ec2_client: Any = None,
         ssm_client: Any = None,
         pricing_client: Any = None,
+        iam_client: Any = None,
+        node_classes: NodeClassLookup | None = None,
         catalog: Catalog | None = None,
         endpoint_url: str | None = None,
         profile: str | None = None,
@@ -164,11 +129,16 @@ class EC2Cloud:
             instance_type_patterns=settings.instance_type_patterns,
             intervals=settings.intervals,
         )
-        self.launch_templates = LaunchTemplates(
-            self._ec2,
-            cluster_name=settings.cluster_name,
-            instance_profile=settings.instance_profile,
-            user_data=settings.user_data,
+        self.launch_templates = LaunchTemplates(self._ec2, cluster_name=settings.cluster_name)
+        iam = AwsCaller(client("iam", iam_client), clock=clock, retry=settings.retry, rng=rng)
+        self.node_classes = NodeClasses(
+            ec2=self._ec2,
+            discovery=self.discovery,
+            profiles=InstanceProfiles(iam, cluster_name=settings.cluster_name, region=region),
+            clock=clock,
+            lookup=node_classes,
+            defaults=TemplateSettings(settings.instance_profile, settings.user_data),
+            ttl=settings.intervals.network,
         )
         self._fleets: Batcher[MergeKey, LaunchRequest, Instance] = Batcher(
             self._launch_batch,
@@ -240,25 +210,28 @@ class EC2Cloud:
                 )
         return await self._fleets.submit(merge_key(request), request)
 
-    async def _plan(self, request: LaunchRequest) -> FleetPlan:
-        subnets = await self.discovery.subnets()
-        if not subnets:
-            raise CloudError("SubnetsNotFound", "no available subnet matches the subnet selector")
-        groups = await self.discovery.security_groups()
-        if not groups:
-            raise CloudError(
-                "SecurityGroupsNotFound", "no security group matches the security group selector"
-            )
+    async def node_class(self, name: str | None) -> NodeClassState:
+        """The zones and architectures a class (None: the defaults) can launch, or why not."""
+        return (await self.node_classes.launch_spec(name)).state()
+
+    async def _plan(self, request: LaunchRequest) -> tuple[FleetPlan, LaunchSpec]:
+        spec = await self.node_classes.launch_spec(request.node_class)
+        if spec.problem:
+            raise CloudError(spec.code or "NodeClassNotReady", spec.problem)
         types = {it.name: it for it in self.discovery.instance_types()}
         configs: dict[str, list[Override]] = {}
         count = 0
         for offering in request.offerings:
-            subnet = subnets.get(offering.zone)
+            subnet = spec.subnets.get(offering.zone)
             itype = types.get(offering.instance_type)
             if subnet is None or itype is None:
                 continue
-            image = await self.discovery.image(itype)
-            template = await self.launch_templates.ensure(request.nodepool, image, groups)
+            image = await self.node_classes.image(spec, itype)
+            if image is None:
+                continue
+            template = await self.launch_templates.ensure(
+                request.nodepool, image, spec.security_groups, spec.template
+            )
             configs.setdefault(template, []).append(
                 Override(offering.instance_type, subnet.id, offering.zone)
             )
@@ -268,12 +241,14 @@ class EC2Cloud:
         if not configs:
             raise CloudError(
                 "NoLaunchableOffering",
-                "no offering of the request is a known type in a zone with a selected subnet",
+                "no offering of the request is a known type with an AMI in a zone with a "
+                "selected subnet",
             )
-        return FleetPlan(
+        plan = FleetPlan(
             request.capacity_type,
             tuple((template, tuple(overrides)) for template, overrides in configs.items()),
         )
+        return plan, spec
 
     async def _launch_batch(
         self, _key: MergeKey, requests: Sequence[LaunchRequest]
@@ -281,10 +256,14 @@ class EC2Cloud:
         first = requests[0]
         capacity_type = first.capacity_type
         try:
-            plan = await self._plan(first)
+            plan, spec = await self._plan(first)
         except CloudError as exc:
             return [CloudError(exc.code, exc.message) for _ in requests]
-        tags = {**shared_tags(requests), cluster_tag(self.settings.cluster_name): "owned"}
+        # The class's tags first: spotwright's ownership tags win over them.
+        tags = {**spec.tags, **shared_tags(requests)}
+        if spec.name:
+            tags[NODECLASS_TAG] = spec.name
+        tags[cluster_tag(self.settings.cluster_name)] = "owned"
         params = fleet_request(plan, count=len(requests), tags=tags, client_token=str(uuid.uuid4()))
         try:
             response = await self._ec2.call("CreateFleet", **params)

@@ -8,7 +8,8 @@ least likely to be interrupted), lowest-price for on-demand. Types needing diffe
 (arm64, NVIDIA) go in separate launch template configs of the same fleet.
 
 Requests whose ``merge_key`` is equal (same capacity type, same offerings in the same order,
-same NodePool, same tags apart from the node claim's own) are sent as one fleet of N, and
+same NodePool and node class, same tags apart from the node claim's own) are sent as one
+fleet of N, and
 the N instances are handed back one per request (``split``).
 """
 
@@ -24,6 +25,7 @@ from spotwright.ports.cloud import LaunchRequest
 __all__ = [
     "MAX_OVERRIDES",
     "NODECLAIM_TAG",
+    "NODECLASS_TAG",
     "NODEPOOL_TAG",
     "FleetPlan",
     "Launched",
@@ -41,6 +43,7 @@ __all__ = [
 MAX_OVERRIDES: Final = 60
 NODEPOOL_TAG: Final = "karpenter.sh/nodepool"
 NODECLAIM_TAG: Final = "karpenter.sh/nodeclaim"
+NODECLASS_TAG: Final = "karpenter.k8s.aws/ec2nodeclass"
 #: Resources tagged at launch: the instances, their volumes and the fleet itself.
 TAGGED_RESOURCES: Final = ("instance", "volume", "fleet")
 
@@ -50,15 +53,16 @@ def cluster_tag(cluster_name: str) -> str:
     return f"kubernetes.io/cluster/{cluster_name}"
 
 
-#: (capacity type, nodepool, ((type, zone), ...), tags other than the node claim's).
-MergeKey = tuple[str, str, tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]
+#: (capacity type, nodepool, ((type, zone), ...), tags other than the node claim's,
+#: node class).
+MergeKey = tuple[str, str, tuple[tuple[str, str], ...], tuple[tuple[str, str], ...], str]
 
 
 def merge_key(request: LaunchRequest) -> MergeKey:
     """Equal keys launch identically, so their requests may share one CreateFleet."""
     pools = tuple((o.instance_type, o.zone) for o in request.offerings)
     tags = tuple(sorted((k, v) for k, v in request.tags if k != NODECLAIM_TAG))
-    return (request.capacity_type, request.nodepool, pools, tags)
+    return (request.capacity_type, request.nodepool, pools, tags, request.node_class or "")
 
 
 def request_tags(request: LaunchRequest) -> dict[str, str]:

@@ -1,4 +1,8 @@
-"""Launch templates: one per NodePool and AMI (and node settings), created once, reused.
+"""Launch templates: one per NodePool, AMI and node settings, created once, reused.
+
+The node settings are those of the NodePool's EC2NodeClass (``TemplateSettings``: its
+instance profile, user data, block device mappings and instance metadata options), or the
+controller's defaults for a NodePool without one.
 
 The name is derived from everything the template holds, so a new AMI or a changed security
 group yields a new template while unchanged settings find the existing one, even after a
@@ -13,14 +17,15 @@ import base64
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from spotwright.adapters.aws._api import AwsCaller
-from spotwright.adapters.aws.fleet import NODEPOOL_TAG, cluster_tag
+from spotwright.adapters.aws.fleet import NODECLASS_TAG, NODEPOOL_TAG, cluster_tag
 from spotwright.observability.logs import get_logger
 from spotwright.ports.cloud import CloudError
 
-__all__ = ["LaunchTemplates", "template_name"]
+__all__ = ["METADATA_OPTIONS", "LaunchTemplates", "TemplateSettings", "template_name"]
 
 log = get_logger("aws.launchtemplates")
 
@@ -32,45 +37,64 @@ METADATA_OPTIONS: Final = {
 }
 
 
+@dataclass(frozen=True)
+class TemplateSettings:
+    """What a launch template holds besides the AMI and the security groups."""
+
+    instance_profile: str | None = None
+    user_data: str | None = None
+    metadata_options: Mapping[str, Any] = field(default_factory=lambda: dict(METADATA_OPTIONS))
+    #: ``BlockDeviceMappings`` entries, as EC2 takes them.
+    block_devices: tuple[Mapping[str, Any], ...] = ()
+    #: The EC2NodeClass these come from (tagged on the template), if any.
+    node_class: str | None = None
+
+
 def template_name(cluster_name: str, settings: Mapping[str, Any]) -> str:
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:20]
     return f"spotwright/{cluster_name}/{digest}"
 
 
 class LaunchTemplates:
-    def __init__(
-        self,
-        ec2: AwsCaller,
-        *,
-        cluster_name: str,
-        instance_profile: str | None = None,
-        user_data: str | None = None,
-    ) -> None:
+    def __init__(self, ec2: AwsCaller, *, cluster_name: str) -> None:
         self._ec2 = ec2
         self._cluster = cluster_name
-        self._profile = instance_profile
-        self._user_data = user_data
         self._ids: dict[str, str] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         #: How many templates this process created (for tests and logs).
         self.created = 0
 
-    def _data(self, image_id: str, security_groups: Sequence[str]) -> dict[str, Any]:
+    @staticmethod
+    def _data(
+        image_id: str, security_groups: Sequence[str], settings: TemplateSettings
+    ) -> dict[str, Any]:
         data: dict[str, Any] = {
             "ImageId": image_id,
             "SecurityGroupIds": list(security_groups),
-            "MetadataOptions": dict(METADATA_OPTIONS),
+            "MetadataOptions": dict(settings.metadata_options),
         }
-        if self._profile:
-            data["IamInstanceProfile"] = {"Name": self._profile}
-        if self._user_data:
-            data["UserData"] = base64.b64encode(self._user_data.encode()).decode()
+        if settings.instance_profile:
+            data["IamInstanceProfile"] = {"Name": settings.instance_profile}
+        if settings.user_data:
+            data["UserData"] = base64.b64encode(settings.user_data.encode()).decode()
+        if settings.block_devices:
+            data["BlockDeviceMappings"] = [dict(m) for m in settings.block_devices]
         return data
 
-    async def ensure(self, nodepool: str, image_id: str, security_groups: Sequence[str]) -> str:
+    async def ensure(
+        self,
+        nodepool: str,
+        image_id: str,
+        security_groups: Sequence[str],
+        settings: TemplateSettings | None = None,
+    ) -> str:
         """The id of the template for these settings, creating it if there is none."""
-        data = self._data(image_id, sorted(security_groups))
-        name = template_name(self._cluster, {"nodepool": nodepool, "data": data})
+        settings = settings or TemplateSettings()
+        data = self._data(image_id, sorted(security_groups), settings)
+        identity: dict[str, Any] = {"nodepool": nodepool, "data": data}
+        if settings.node_class:
+            identity["nodeclass"] = settings.node_class
+        name = template_name(self._cluster, identity)
         known = self._ids.get(name)
         if known:
             return known
@@ -81,7 +105,7 @@ class LaunchTemplates:
                 return known
             template_id = await self._find(name)
             if template_id is None:
-                template_id = await self._create(name, nodepool, data)
+                template_id = await self._create(name, nodepool, data, settings.node_class)
             self._ids[name] = template_id
             return template_id
 
@@ -101,11 +125,15 @@ class LaunchTemplates:
                 return str(template["LaunchTemplateId"])
         return None
 
-    async def _create(self, name: str, nodepool: str, data: Mapping[str, Any]) -> str:
+    async def _create(
+        self, name: str, nodepool: str, data: Mapping[str, Any], node_class: str | None
+    ) -> str:
         tags = [
             {"Key": cluster_tag(self._cluster), "Value": "owned"},
             {"Key": NODEPOOL_TAG, "Value": nodepool},
         ]
+        if node_class:
+            tags.append({"Key": NODECLASS_TAG, "Value": node_class})
         try:
             created = await self._ec2.call(
                 "CreateLaunchTemplate",

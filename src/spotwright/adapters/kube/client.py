@@ -39,6 +39,7 @@ __all__ = [
     "EVENTS",
     "LEASES",
     "NODECLAIMS",
+    "NODECLASSES",
     "NODEPOOLS",
     "NODES",
     "PDBS",
@@ -90,6 +91,9 @@ PODS: Final = ApiKind("", "v1", "Pod", "pods", namespaced=True)
 PDBS: Final = ApiKind("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", True)
 NODECLAIMS: Final = ApiKind("spotwright.io", "v1alpha1", "NodeClaim", "nodeclaims", False)
 NODEPOOLS: Final = ApiKind("spotwright.io", "v1alpha1", "NodePool", "nodepools", False)
+NODECLASSES: Final = ApiKind(
+    "spotwright.io", "v1alpha1", "EC2NodeClass", "ec2nodeclasses", namespaced=False
+)
 LEASES: Final = ApiKind("coordination.k8s.io", "v1", "Lease", "leases", namespaced=True)
 EVENTS: Final = ApiKind("events.k8s.io", "v1", "Event", "events", namespaced=True)
 

@@ -79,7 +79,13 @@ _CONFLICT_RETRIES = 5
 _EVENT_WORKERS = 4
 _EVENT_DEDUP_SECONDS = 60.0
 _WIDE_SYNC_SECONDS = 30.0
-_API_VERSIONS = {"Pod": "v1", "Node": "v1", "NodeClaim": "spotwright.io/v1alpha1"}
+_API_VERSIONS = {
+    "Pod": "v1",
+    "Node": "v1",
+    "NodeClaim": "spotwright.io/v1alpha1",
+    "NodePool": "spotwright.io/v1alpha1",
+    "EC2NodeClass": "spotwright.io/v1alpha1",
+}
 
 
 class KubeCluster:

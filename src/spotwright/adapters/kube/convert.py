@@ -9,7 +9,7 @@ out) so that it is tested without a cluster and so that the cache stores nothing
 A pod's requests and placement constraints are computed by ``model.podspec``, the same
 code that reads Deployments from scenario files, so a pod packs identically in a
 simulation and on a live cluster. That model is strict about what it understands; fields
-it does not model (extended resources, ``matchFields``) are dropped before it sees them
+it does not model (hugepages, ``matchFields``) are dropped before it sees them
 rather than failing the whole pod.
 """
 
@@ -31,7 +31,7 @@ from spotwright.model.objects import (
     Toleration,
 )
 from spotwright.model.podspec import PodSpec
-from spotwright.model.resources import GPU, Resources
+from spotwright.model.resources import GPU, Resources, is_extended
 from spotwright.observability.logs import get_logger
 
 __all__ = [
@@ -53,7 +53,7 @@ log = get_logger("kube.convert")
 #: The kubelet puts this annotation on the API copy of a static pod.
 MIRROR_ANNOTATION: Final = "kubernetes.io/config.mirror"
 DAEMON_KINDS: Final = frozenset({"DaemonSet"})
-#: Resource names the scheduler model counts; others (hugepages, devices) are ignored.
+#: Resource names the scheduler model counts besides extended ones (hugepages are ignored).
 _KNOWN_RESOURCES: Final = frozenset({"cpu", "memory", GPU, "pods", "ephemeral-storage"})
 _REQUEST_RESOURCES: Final = frozenset({"cpu", "memory", GPU, "ephemeral-storage"})
 #: Annotations never worth keeping in memory: whole copies of the object.
@@ -126,7 +126,7 @@ def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None
 
 def resource_list(values: Mapping[str, Any] | None, *, pods: int = 0) -> Resources:
     """A ResourceList (``{"cpu": "500m", ...}``) restricted to the resources spotwright counts."""
-    known = {k: v for k, v in (values or {}).items() if k in _KNOWN_RESOURCES}
+    known = {k: v for k, v in (values or {}).items() if k in _KNOWN_RESOURCES or is_extended(k)}
     return Resources.from_k8s(known, pods=pods)
 
 
@@ -155,7 +155,11 @@ def _container(item: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "name": item.get("name", ""),
         "resources": {
-            part: {k: v for k, v in (resources.get(part) or {}).items() if k in _REQUEST_RESOURCES}
+            part: {
+                k: v
+                for k, v in (resources.get(part) or {}).items()
+                if k in _REQUEST_RESOURCES or is_extended(k)
+            }
             for part in ("requests", "limits")
         },
     }
@@ -213,7 +217,9 @@ def _scheduling_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
         out["affinity"] = affinity
     overhead = spec.get("overhead")
     if overhead:
-        out["overhead"] = {k: v for k, v in overhead.items() if k in _REQUEST_RESOURCES}
+        out["overhead"] = {
+            k: v for k, v in overhead.items() if k in _REQUEST_RESOURCES or is_extended(k)
+        }
     if not out["containers"]:
         out["containers"] = [{"name": ""}]
     return out

@@ -121,7 +121,7 @@ def _requirement(req: NodeSelectorRequirement) -> dict[str, Any]:
 
 def claim_to_api(claim: NodeClaim) -> dict[str, Any]:
     """The object to create: metadata and the immutable spec (status is a subresource)."""
-    return {
+    obj: dict[str, Any] = {
         "metadata": {
             "name": claim.name,
             "labels": dict(claim.labels),
@@ -133,8 +133,16 @@ def claim_to_api(claim: NodeClaim) -> dict[str, Any]:
             "instanceTypes": list(claim.instance_types),
             "resources": {"requests": quantities(claim.requests)},
             "taints": [taint_to_api(t) for t in claim.taints],
+            "startupTaints": [taint_to_api(t) for t in claim.startup_taints],
         },
     }
+    if claim.node_class:
+        obj["spec"]["nodeClassRef"] = {
+            "group": "spotwright.io",
+            "kind": "EC2NodeClass",
+            "name": claim.node_class,
+        }
+    return obj
 
 
 def _condition(kind: str, when: float | None, reason: str) -> dict[str, str] | None:
@@ -202,7 +210,9 @@ def claim_from_api(obj: Mapping[str, Any]) -> StoredClaim | None:
         requests=_resources(spec.resources.requests),
         labels=dict(resource.metadata.labels),
         taints=tuple(t.to_taint() for t in spec.taints),
+        startup_taints=tuple(t.to_taint() for t in spec.startup_taints),
         created_at=parse_time(meta.get("creationTimestamp")) or 0.0,
+        node_class=spec.node_class_ref.name if spec.node_class_ref is not None else "",
         provider_id=status.provider_id,
         instance_type=status.instance_type,
         zone=status.zone,
