@@ -152,6 +152,33 @@ def test_budget_refusals_are_retried_and_succeed_once_a_replacement_is_ready(
     sim.run(body)
 
 
+def test_a_refused_eviction_is_retried_the_moment_a_pod_of_its_budget_turns_ready(
+    sim: Simulator,
+) -> None:
+    async def body(w: World) -> None:
+        w.add_nodepool()
+        await w.start_controllers()
+        w.deploy("web", 3, startup_seconds=10, grace_seconds=5)
+        w.pdb("web", min_available=2)
+        claim = await one_ready_node(w, "web")
+        await delete_claim(w, claim)
+        await w.until(lambda: w.cluster.node_claim(claim.name) is None, within=300, what="gone")
+        await w.until(lambda: w.all_ready("web"), within=30, what="web ready elsewhere")
+        readies = [w.rel(p.ready_at) for p in w.pods_of("web") if p.ready_at is not None]
+        _, second, third = eviction_times(w, "web")
+        # Not a backoff step later (up to 10 s): as soon as the budget had room again.
+        for evicted in (second, third):
+            assert any(0 <= evicted - ready < 0.05 for ready in readies), (evicted, readies)
+        # One Warning per refused pod, naming the budget, however many retries it took.
+        warned = [e for e in w.events("EvictionBlocked") if e.warning]
+        assert {e.name for e in warned} == {
+            e.name for e in warned if "default/web-pdb" in e.message
+        }
+        assert len(warned) == len({e.name for e in warned}) == 2
+
+    sim.run(body)
+
+
 @pytest.mark.parametrize("grace", [5.0, 30.0])
 def test_at_the_deadline_the_pods_left_are_deleted_and_counted_lost(
     sim: Simulator, grace: float
@@ -174,6 +201,38 @@ def test_at_the_deadline_the_pods_left_are_deleted_and_counted_lost(
         assert (w.ledger.evicted, w.ledger.lost) == (0, 2)
 
     sim.run(body)
+
+
+def test_leaving_pods_at_the_deadline_the_drain_keeps_its_pace_until_the_node_goes(
+    sim: Simulator,
+) -> None:
+    async def body(w: World) -> None:
+        w.add_nodepool()
+        await w.start_controllers()
+        w.deploy("web", 2, grace_seconds=30)
+        w.pdb("web", min_available=2)  # no eviction can ever be allowed
+        claim = await one_ready_node(w, "web")
+        node_name = claim.node_name
+        assert node_name is not None
+        passes: list[float] = []
+        pods_on = w.cluster.pods_on
+
+        def counting(name: str) -> list[Pod]:
+            if name == node_name:
+                passes.append(w.elapsed())
+            return list(pods_on(name))
+
+        w.cluster.pods_on = counting  # type: ignore[method-assign,assignment]
+        start = w.elapsed()
+        await delete_claim(w, claim, deadline_in=120)
+        await w.advance(150)
+        # "leave": nothing is forced, the pods stay, and from deadline minus grace on the
+        # drain keeps its pace (about twice a second, plus its retries), not 20 times.
+        assert w.counter("spotwright_pods_evicted_total", reason="deadline") == 0
+        late = [t for t in passes if start + 90 <= t <= start + 150]
+        assert len(late) <= 3 * 60
+
+    sim.run(body, settings=Settings(force_at_deadline=False))
 
 
 DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
@@ -236,7 +295,27 @@ def test_a_do_not_disrupt_duration_protects_a_pod_until_that_long_after_its_star
         await w.advance(60)
         assert old.evicted and not young.terminating
         await w.until(lambda: young.evicted, within=1800, what="young evicted")
-        assert w.rel(young.deleting_since) == pytest.approx(w.rel(young.created_at) + 1800, abs=1)
+        # counted from when the pod started (status.startTime), not from its creation: it
+        # waited for its node to boot first
+        assert young.started_at is not None and young.started_at > young.created_at + 5
+        assert w.rel(young.deleting_since) == pytest.approx(w.rel(young.started_at) + 1800, abs=1)
+
+    sim.run(body)
+
+
+def test_a_do_not_disrupt_duration_of_a_pod_with_no_known_start_counts_from_creation(
+    sim: Simulator,
+) -> None:
+    async def body(w: World) -> None:
+        w.add_nodepool()
+        await w.start_controllers()
+        w.deploy("batch", 1, grace_seconds=0, annotations={DO_NOT_DISRUPT: "10m"})
+        claim = await one_ready_node(w, "batch")
+        [batch] = w.pods_of("batch")
+        batch.started_at = None  # as read from an API object without status.startTime
+        await delete_claim(w, claim)
+        await w.until(lambda: batch.evicted, within=1800, what="batch evicted")
+        assert w.rel(batch.deleting_since) == pytest.approx(w.rel(batch.created_at) + 600, abs=1)
 
     sim.run(body)
 

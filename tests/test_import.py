@@ -107,6 +107,34 @@ def spotwright(*args: str) -> subprocess.CompletedProcess[str]:
 
 # -- good files ----------------------------------------------------------------------------
 
+#: Every kubelet setting Karpenter's v1 EC2NodeClass takes.
+FULL_KUBELET: dict[str, Any] = {
+    "podsPerCore": 2,
+    "maxPods": 20,
+    "systemReserved": {"cpu": "100m", "memory": "100Mi", "ephemeral-storage": "1Gi"},
+    "kubeReserved": {"cpu": "200m", "memory": "100Mi", "ephemeral-storage": "3Gi"},
+    "evictionHard": {"memory.available": "5%", "nodefs.available": "10%"},
+    "evictionSoft": {"memory.available": "500Mi", "nodefs.available": "15%"},
+    "evictionSoftGracePeriod": {"memory.available": "1m", "nodefs.available": "1m30s"},
+    "evictionMaxPodGracePeriod": 60,
+    "imageGCHighThresholdPercent": 85,
+    "imageGCLowThresholdPercent": 80,
+    "cpuCFSQuota": True,
+    "clusterDNS": ["10.0.1.100"],
+}
+
+
+def test_every_karpenter_kubelet_setting_is_carried(tmp_path: Path) -> None:
+    nodeclass = copy.deepcopy(NODECLASS)
+    nodeclass["spec"]["kubelet"] = FULL_KUBELET
+    result = convert_files([write(tmp_path, "k.yaml", nodeclass)])
+    (out,) = result.documents
+    assert out["spec"]["kubelet"] == FULL_KUBELET
+    assert not [n for n in result.dropped if "kubelet" in n.path]
+    kubelet = parse_nodeclass(out, source="out").spec.kubelet
+    assert kubelet is not None and kubelet.cluster_dns == ["10.0.1.100"]
+    assert kubelet.eviction_soft_grace_period["nodefs.available"] == "1m30s"
+
 
 def test_v1_objects_convert_and_validate(tmp_path: Path) -> None:
     path = write(tmp_path, "karpenter.yaml", NODEPOOL, NODECLASS)
@@ -146,7 +174,7 @@ def test_unsupported_and_unknown_fields_are_named(tmp_path: Path) -> None:
     pool["spec"]["limts"] = {"cpu": 3}
     nodeclass = copy.deepcopy(NODECLASS)
     nodeclass["spec"]["detailedMonitoring"] = True
-    nodeclass["spec"]["kubelet"]["clusterDNS"] = ["10.0.0.10"]
+    nodeclass["spec"]["kubelet"]["clusterDomain"] = "cluster.local"
     path = write(tmp_path, "k.yaml", pool, nodeclass)
     notes = {
         (n.source.rsplit(" ", 1)[-1], n.path): n.message for n in convert_files([path]).dropped
@@ -155,7 +183,7 @@ def test_unsupported_and_unknown_fields_are_named(tmp_path: Path) -> None:
     assert "nvidia.com/gpu" in notes["1)", 'spec.limits["amd.com/gpu"]']
     assert "did you mean limits?" in notes["1)", "spec.limts"]
     assert "CloudWatch" in notes["2)", "spec.detailedMonitoring"]
-    assert "maxPods" in notes["2)", "spec.kubelet.clusterDNS"]
+    assert "no 'clusterDomain'" in notes["2)", "spec.kubelet.clusterDomain"]
 
 
 def test_v1beta1_fields_move_where_v1_put_them(tmp_path: Path) -> None:
@@ -297,6 +325,29 @@ def test_nodeclass_rules(tmp_path: Path) -> None:
     fails({"tags": {"karpenter.sh/nodeclaim": "x"}}, "restricted")
     fails({"subnetSelectorTerms": [{}]}, "at least one of tags, id")
     fails({"kubelet": {"evictionHard": {"memory.free": "1Gi"}}}, "eviction signal")
+    fails({"kubelet": {"evictionHard": {"memory.available": "120%"}}}, "0% to 100%")
+    fails({"kubelet": {"kubeReserved": {"cpu": "-1"}}}, "not negative")
+    fails({"kubelet": {"systemReserved": {"gpu": "1"}}}, "reservable resource")
+    fails({"kubelet": {"evictionSoft": {"memory.available": "1Gi"}}}, "GracePeriod for every")
+    fails(
+        {"kubelet": {"evictionSoftGracePeriod": {"memory.available": "1m"}}},
+        "only for evictionSoft signals",
+    )
+    fails(
+        {
+            "kubelet": {
+                "evictionSoft": {"memory.available": "1Gi"},
+                "evictionSoftGracePeriod": {"memory.available": "soon"},
+            }
+        },
+        "duration like 1m",
+    )
+    fails(
+        {"kubelet": {"imageGCHighThresholdPercent": 70, "imageGCLowThresholdPercent": 80}},
+        "above imageGCLowThresholdPercent",
+    )
+    fails({"kubelet": {"imageGCHighThresholdPercent": 101}}, "≤ 100")
+    fails({"kubelet": {"cpuCFSQuota": "yes"}}, "cpuCFSQuota")
     fails({"metadataOptions": {"httpTokens": "sometimes"}}, "required")
     fails(
         {"blockDeviceMappings": [{"rootVolume": True}, {"rootVolume": True}]},

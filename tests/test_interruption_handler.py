@@ -24,8 +24,10 @@ import pytest
 
 from spotwright.adapters import _market_signals as signals
 from spotwright.controllers import InterruptionHandler, Settings
+from spotwright.controllers.nodegroups import NodeGroupController
 from spotwright.controllers.ownership import InstanceIndex
 from spotwright.model import labels as wk
+from spotwright.model.nodegroup import NodeGroup
 from spotwright.model.objects import NodeClaim
 from spotwright.ports.cloud import Instance, Offering
 from spotwright.ports.queue import Message
@@ -476,6 +478,54 @@ def test_an_instance_without_a_claim_is_ours_only_if_the_cloud_says_so(
         assert not await index.was_ours("i-green")  # same pool name, another cluster
         assert not await index.was_ours("i-batch")  # a pool that is not ours
         assert not await index.was_ours("i-0123456789abcdef0")  # unknown to the cloud
+
+    sim.run(body)
+
+
+def test_an_instance_of_a_configured_node_group_is_ours_after_a_restart(
+    sim: Simulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mixed node group's instance carries the group's name where a NodePool's would be:
+    a late message about it is deleted, not released forever, by a fresh process."""
+
+    async def body(w: World) -> None:
+        w.add_nodepool("default")
+        owned = {"kubernetes.io/cluster/blue": "owned"}
+
+        def instance(name: str, state: str, pool: str) -> Instance:
+            tags = {wk.NODEPOOL: pool, **owned}
+            return Instance(
+                name, "m5.large", "us-east-1a", wk.SPOT, 0.04, 0.0, state=state, tags=tags
+            )
+
+        live = instance("i-live", "running", "default")
+        gone = (
+            instance("i-workers", "terminated", "workers"),
+            instance("i-other", "terminated", "other-group"),
+        )
+        known = {i.id: i for i in gone}
+
+        async def list_owned() -> list[Instance]:
+            return [live]
+
+        async def describe(ids: Sequence[str]) -> list[Instance]:
+            return [known[i] for i in ids if i in known]
+
+        monkeypatch.setattr(w.market, "list_owned", list_owned)
+        monkeypatch.setattr(w.market, "describe", describe)
+        group = NodeGroup.model_validate(
+            {
+                "name": "workers",
+                "minSize": 0,
+                "maxSize": 4,
+                "desiredCapacity": 0,
+                "instancesDistribution": {"instanceTypes": ["m5.large", "c5.large"]},
+            }
+        )
+        NodeGroupController(w.ctx, [group])  # configured, as the controller starts
+        index = InstanceIndex(w.ctx)  # a fresh process: no claim seen yet
+        assert await index.was_ours("i-workers")
+        assert not await index.was_ours("i-other")  # a group this cluster does not run
 
     sim.run(body)
 

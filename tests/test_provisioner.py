@@ -404,12 +404,55 @@ def test_a_pod_that_fits_nowhere_does_not_hold_up_the_rest_of_its_batch(
         w.deploy("web", 3)
         await w.until(lambda: w.all_ready("web"), within=120, what="web ready")
         [pod] = w.pods_of("huge")
-        reasons = {e.message for e in w.events("FailedScheduling", pod.key)}
-        assert len(reasons) == 1  # the same one reason every round
+        [event] = w.events("FailedScheduling", pod.key)  # said once, not every round
+        assert "100 cpu" in event.message
         assert w.counter("spotwright_pods_unschedulable") == 1
-        logged = [line for line in w.log if "could not schedule pod" in line]
-        assert logged and pod.key in logged[0] and "100 cpu" in logged[0]
+        [logged] = [line for line in w.log if "could not schedule pod" in line]
+        assert pod.key in logged and "100 cpu" in logged
         assert not any(pod.key in e.message for e in w.events("Nominated"))
+
+    sim.run(body)
+
+
+def test_a_pod_that_fits_nowhere_is_reported_once_until_its_reason_changes(
+    sim: Simulator,
+) -> None:
+    async def body(w: World) -> None:
+        w.add_nodepool(instance_types=["m5.large"])
+        await provisioner_only(w)
+        w.deploy("huge", 1, cpu="4")
+        await w.advance(120)  # a dozen retry rounds
+        [pod] = w.pods_of("huge")
+        [first] = w.events("FailedScheduling", pod.key)
+        assert w.counter("spotwright_pods_unschedulable") == 1
+        w.nodepools[0] = NodePool.model_validate(
+            {"metadata": {"name": "default"}, "spec": {"limits": {"cpu": "0"}}}
+        )
+        await w.advance(60)
+        [_, second] = w.events("FailedScheduling", pod.key)
+        assert second.message != first.message and "limits exceeded" in second.message
+        logged = [line for line in w.log if "could not schedule pod" in line]
+        assert len(logged) == 2
+        w.nodepools[0] = NodePool.model_validate({"metadata": {"name": "default"}, "spec": {}})
+        await w.advance(30)
+        assert w.claims() and w.counter("spotwright_pods_unschedulable") == 0
+
+    sim.run(body)
+
+
+def test_many_pods_failing_for_one_reason_get_an_event_each_and_a_summary_line(
+    sim: Simulator,
+) -> None:
+    async def body(w: World) -> None:
+        w.add_nodepool()
+        await provisioner_only(w)
+        w.deploy("huge", 25, cpu="100")
+        await w.advance(60)
+        assert all(len(w.events("FailedScheduling", p.key)) == 1 for p in w.pods_of("huge"))
+        assert w.counter("spotwright_pods_unschedulable") == 25
+        logged = [line for line in w.log if "could not schedule" in line]
+        assert len(logged) == 11  # ten pods by name, then the other 15 counted
+        assert "15" in logged[-1] and "100 cpu" in logged[-1]
 
     sim.run(body)
 

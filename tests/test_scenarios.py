@@ -76,6 +76,11 @@ def test_interrupted_spot_node_is_drained_and_replaced_with_no_pod_lost() -> Non
     assert s["pods"]["lost"] == 0
     assert s["pods"]["evicted"] >= 1
     assert 0 < s["pods"]["recovery_p99_seconds"] < 120
+    assert 0 < s["pods"]["notice_recovery_p99_seconds"] < 120
+    # The PDB (minAvailable 1 of 2) held: one pod left at a time.
+    assert s["disruption_budgets"]["drops"] == 0
+    [node] = s["interruptions"]["per_node"]
+    assert node["pods_moved"] == 2 and node["notice_at"] == node["first_eviction_at"] == 600
     assert s["cost"]["savings_pct"] > 30
 
 
@@ -83,8 +88,11 @@ def test_same_seed_same_result_other_seed_may_differ() -> None:
     assert run("spot-interruption", 7) == run("spot-interruption", 7)
 
 
-def test_a_rebalance_recommendation_ahead_of_the_notice_replaces_before_the_drain() -> None:
-    """With five minutes of warning the replacement is ready before the notice arrives."""
+@pytest.mark.parametrize("lead", [90, 300])
+def test_a_rebalance_recommendation_ahead_of_the_notice_replaces_before_the_drain(
+    lead: int,
+) -> None:
+    """With 90 s of warning or more the replacement is ready before the first eviction."""
     import yaml
 
     from spotwright.model.scenario import parse_scenario
@@ -92,7 +100,7 @@ def test_a_rebalance_recommendation_ahead_of_the_notice_replaces_before_the_drai
     document = yaml.safe_load((EXAMPLES / "spot-interruption.yaml").read_text())
     for event in document["spec"]["events"]:
         if "interrupt" in event:
-            event["interrupt"]["rebalanceLeadSeconds"] = 300
+            event["interrupt"]["rebalanceLeadSeconds"] = lead
     configure_logging(sink=lambda _line: None)
     catalog = load_catalog()
     scenario = parse_scenario(document, source="rebalance.yaml", catalog=catalog)
@@ -103,3 +111,8 @@ def test_a_rebalance_recommendation_ahead_of_the_notice_replaces_before_the_drai
     plain = run("spot-interruption")
     # Moving early pays: nobody waits for a node to boot after the notice.
     assert s["availability_pct"] >= plain["availability_pct"]
+    [node] = s["interruptions"]["per_node"]
+    assert node["replacement_ready_at"] <= node["first_eviction_at"]
+    assert s["interruptions"]["replaced_before_first_eviction"] == 1
+    assert s["pods"]["waited_for_node"] == 0 < s["pods"]["moved"]
+    assert s["disruption_budgets"]["drops"] == 0

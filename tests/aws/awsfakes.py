@@ -28,6 +28,10 @@ AMIS = {
 #: Discovery in tests is restricted to these types: moto serializes all 1,395 slowly.
 TEST_TYPES = ("m5.large", "m5.xlarge", "c5.large", "m6g.large", "g4dn.xlarge")
 
+#: What the tests' nodes join: an endpoint and a (fake) base64 CA bundle.
+CLUSTER_ENDPOINT = "https://ABCDEF0123456789.gr7.us-east-1.eks.amazonaws.com"
+CLUSTER_CA = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg=="
+
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
     """Run one test's coroutine on a fresh event loop."""

@@ -23,7 +23,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from awsfakes import AMIS, K8S_VERSION, REGION, TEST_TYPES, ZONES, Injector
+from awsfakes import (
+    AMIS,
+    CLUSTER_CA,
+    CLUSTER_ENDPOINT,
+    K8S_VERSION,
+    REGION,
+    TEST_TYPES,
+    ZONES,
+    Injector,
+)
 
 
 @pytest.fixture(scope="session")
@@ -156,6 +165,10 @@ def make_cloud(
             "kubernetes_version": K8S_VERSION,
             "instance_type_patterns": TEST_TYPES,
             "retry": RetryPolicy(attempts=4, base_seconds=0.01, cap_seconds=0.05),
+            # what nodes join with (tests of EKS DescribeCluster set these to None)
+            "cluster_endpoint": CLUSTER_ENDPOINT,
+            "cluster_ca_bundle": CLUSTER_CA,
+            "service_cidr": "10.100.0.0/16",
         }
         settings.update(overrides)
         ec2 = client("ec2")
@@ -166,6 +179,7 @@ def make_cloud(
             ec2_client=ec2,
             ssm_client=client("ssm"),
             iam_client=client("iam"),
+            eks_client=client("eks"),
             node_classes=node_classes,
         )
         return cloud, Injector(ec2)

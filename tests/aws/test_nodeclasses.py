@@ -9,6 +9,7 @@ groups, AMI, instance profile, user data, block devices, metadata options and ta
 from __future__ import annotations
 
 import base64
+import email
 from collections.abc import Callable
 from typing import Any
 
@@ -317,7 +318,11 @@ def test_user_data_devices_metadata_and_merged_tags(
         await cloud.refresh()
         instance = await cloud.launch(request(cloud, "full"))
         data = template_data(client, calls)
-        assert base64.b64decode(data["UserData"]).decode() == "#!/bin/bash\necho hello\n"
+        # AL2023: the user's script is kept, after the NodeConfig that joins the node
+        document = email.message_from_string(base64.b64decode(data["UserData"]).decode())
+        parts = [(p.get_content_type(), p.get_payload()) for p in document.get_payload()]
+        assert parts[0][0] == "application/node.eks.aws"
+        assert parts[1] == ("text/x-shellscript", "#!/bin/bash\necho hello\n")
         assert data["IamInstanceProfile"] == {"Name": "test-profile"}
         [device] = data["BlockDeviceMappings"]
         assert device["DeviceName"] == "/dev/xvda"

@@ -236,7 +236,12 @@ def pool(test_cluster: TestCluster, controller_kubeconfig: Path, aws: Aws) -> It
 
 
 def test_controller_on_ec2_launches_and_handles_a_spot_interruption(
-    test_cluster: TestCluster, aws_kubeconfig: Path, namespace: str, pool: str, aws: Aws
+    test_cluster: TestCluster,
+    aws_kubeconfig: Path,
+    namespace: str,
+    pool: str,
+    aws: Aws,
+    tmp_path: Path,
 ) -> None:
     for path, body in (
         (f"/apis/apps/v1/namespaces/{namespace}/deployments", deployment("web", pool)),
@@ -244,7 +249,12 @@ def test_controller_on_ec2_launches_and_handles_a_spot_interruption(
     ):
         status, answer = test_cluster.request("POST", path, body)
         assert status == 201, answer
-    cloud_options = ["--cluster-name", aws.cluster_name]
+    # what the AL2023 nodes' user data joins (moto has no EKS cluster to describe)
+    ca_file = tmp_path / "ca.pem"
+    ca_file.write_text("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    cloud_options = ["--cluster-name", aws.cluster_name, "--cluster-ca-file", str(ca_file)]
+    cloud_options += ["--cluster-endpoint", "https://api.e2e.invalid"]
+    cloud_options += ["--service-cidr", "10.100.0.0/16"]
     for pattern in TYPES:
         cloud_options += ["--instance-types", pattern]
     args = controller_args(

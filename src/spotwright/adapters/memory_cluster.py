@@ -216,7 +216,8 @@ class MemoryCluster:
             if not self._disruption_allowed(pdb, current):
                 raise EvictionBlocked(
                     f"Cannot evict pod as it would violate the pod's disruption budget "
-                    f"{pdb.namespace}/{pdb.name}"
+                    f"{pdb.namespace}/{pdb.name}",
+                    budget=f"{pdb.namespace}/{pdb.name}",
                 )
         current.evicted = True
         self._start_termination(current, current.grace_seconds)
@@ -378,6 +379,7 @@ class MemoryCluster:
             del self._pending[pod.key]
             pod.node_name = best.name
             pod.unschedulable = False
+            pod.started_at = now  # the kubelet takes it on at once (status.startTime)
             self._on_node[best.name][pod.key] = pod
             # What node_fit checked: requests, overhead and the pod's slot (max pods).
             self._used[best.name] = self._used[best.name] + pod_requests(pod)

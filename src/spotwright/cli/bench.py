@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from spotwright.benchmarks.incremental import scenario_bound
 from spotwright.catalog import CatalogError, load_catalog
 from spotwright.cli._errors import UserError
 from spotwright.model.errors import ScenarioError
@@ -123,7 +124,8 @@ def _ratio(ours: float | None, theirs: float) -> float | None:
 @click.option("--seed", type=int, default=None)
 @click.option("--json", "as_json", is_flag=True)
 def bench_simulate(scenario: Path | None, seed: int | None, as_json: bool) -> None:
-    """Wall time to simulate SCENARIO (default: 24 h of a 100-node cluster)."""
+    """Wall time and cost (against a lower bound) to simulate SCENARIO (default: 24 h of
+    a 100-node cluster)."""
     try:
         catalog = load_catalog()
         parsed = load_scenario(scenario or bundled_example("day-100-nodes"), catalog)
@@ -133,6 +135,8 @@ def bench_simulate(scenario: Path | None, seed: int | None, as_json: bool) -> No
     started = time.perf_counter()
     summary = simulate(parsed, catalog, seed=seed)
     wall = time.perf_counter() - started
+    # what the scenario's demand costs at least (benchmarks.incremental), outside the timing
+    bound = scenario_bound(parsed, list(catalog.types))
     result = {
         "benchmark": "simulate",
         "scenario": parsed.name,
@@ -142,6 +146,9 @@ def bench_simulate(scenario: Path | None, seed: int | None, as_json: bool) -> No
         "peak_nodes": summary["nodes"]["peak"],
         "nodes_launched": summary["nodes"]["launched"],
         "notices": summary["interruptions"]["notices"],
+        "cost_usd": summary["cost"]["total_usd"],
+        "lower_bound_usd": round(bound, 4),
+        "cost_vs_bound": round(summary["cost"]["total_usd"] / bound, 4) if bound else None,
     }
     _emit(result, as_json)
 

@@ -84,6 +84,9 @@ class Options:
     region: str
     aws_endpoint_url: str | None
     cluster_name: str | None
+    cluster_endpoint: str | None
+    cluster_ca_file: Path | None
+    service_cidr: str | None
     kubernetes_version: str
     ami_id: str | None
     instance_types: tuple[str, ...]
@@ -171,6 +174,22 @@ def _shown(*decls: str, **attrs: Any) -> Callable[[Callable[..., Any]], Callable
 @_shown("--region", default="us-east-1")
 @click.option("--aws-endpoint-url", default=None, help="AWS endpoint (an emulator such as moto).")
 @click.option("--cluster-name", default=None, help="EKS cluster name (--cloud aws).")
+@click.option(
+    "--cluster-endpoint",
+    default=None,
+    help="--cloud aws: the API server URL nodes join (default: from EKS DescribeCluster).",
+)
+@click.option(
+    "--cluster-ca-file",
+    type=_FILE,
+    default=None,
+    help="--cloud aws: the cluster's CA bundle, PEM or base64 (default: from EKS).",
+)
+@click.option(
+    "--service-cidr",
+    default=None,
+    help="--cloud aws: the service CIDR; nodes' DNS is its tenth address (default: from EKS).",
+)
 @_shown(
     "--kubernetes-version",
     default="1.36",
@@ -211,6 +230,8 @@ def controller_command(
     options = Options(identity=identity or default_identity(), **values)
     if options.cloud == "aws" and not options.cluster_name:
         raise UserError("--cloud aws needs --cluster-name")
+    if options.cloud == "aws":
+        _join_options(options)  # a bad CA file or CIDR is refused before connecting
     try:
         pools = load_nodepool_files(options.nodepool_files) if options.nodepool_files else None
         load_nodegroup_files(options.nodegroup_files)  # refuse a bad file before connecting
@@ -219,6 +240,17 @@ def controller_command(
     code = asyncio.run(_main(options, pools))
     if code:
         raise SystemExit(code)
+
+
+def _join_options(options: Options) -> tuple[str | None, str | None, str | None]:
+    """What nodes need to join (endpoint, CA, service CIDR); EKS is asked for the rest."""
+    from spotwright.adapters.aws.cluster_info import cluster_settings
+
+    try:
+        ca = options.cluster_ca_file.read_bytes() if options.cluster_ca_file else None
+        return cluster_settings(options.cluster_endpoint, ca, options.service_cidr)
+    except (OSError, ValueError) as exc:
+        raise UserError(str(exc)) from None
 
 
 async def _main(options: Options, pools: Sequence[NodePoolSource] | None) -> int:
@@ -348,9 +380,13 @@ async def _run_controllers(
     else:
         from spotwright.adapters.aws.ec2 import EC2Cloud, EC2Settings
 
+        endpoint, ca_bundle, cidr = _join_options(options)
         ec2 = EC2Cloud(
             EC2Settings(
                 cluster_name=options.cluster_name or "",
+                cluster_endpoint=endpoint,
+                cluster_ca_bundle=ca_bundle,
+                service_cidr=cidr,
                 kubernetes_version=options.kubernetes_version,
                 ami_id=options.ami_id,
                 instance_type_patterns=options.instance_types,

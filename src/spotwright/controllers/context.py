@@ -97,6 +97,9 @@ class Context:
     instance_types: Mapping[str, InstanceType]
     settings: Settings = field(default_factory=Settings)
     unavailable: UnavailableOfferings = field(default_factory=UnavailableOfferings)
+    #: The configured node groups: their instances carry the group's name where a NodePool's
+    #: would be (``karpenter.sh/nodepool``), so they are this cluster's too.
+    nodegroup_names: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.unavailable.ttl = self.settings.unavailable_ttl_seconds

@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from spotwright.controllers.context import Context
 from spotwright.model import labels as wk
-from spotwright.model.nodes import node_labels
+from spotwright.model.nodes import compat_labels, node_labels
 from spotwright.model.objects import Node, NodeClaim
 from spotwright.model.resources import Resources
 from spotwright.observability.logs import get_logger
@@ -95,7 +95,14 @@ class NodeClaimLifecycle:
             ("karpenter.sh/nodepool", claim.nodepool),
         )
         request = LaunchRequest(
-            claim.name, claim.nodepool, capacity_type, chosen, tags, claim.node_class or None
+            claim.name,
+            claim.nodepool,
+            capacity_type,
+            chosen,
+            tags,
+            claim.node_class or None,
+            labels=_registration_labels(claim, capacity_type),
+            taints=(*claim.taints, *claim.startup_taints),
         )
         deadline = now + ctx.settings.launch_timeout_seconds - _age(claim, now)
         instance = await self._call_launch(claim, request, deadline)
@@ -104,12 +111,7 @@ class NodeClaimLifecycle:
         current = ctx.cluster.node_claim(claim.name)
         if current is None or current.deleting_since is not None:
             # Deleted while launching (timed out, removed by hand): do not leak the instance.
-            await ctx.cloud.terminate(instance.id)
-            log.info(
-                "terminated instance of a nodeclaim deleted while it launched",
-                nodeclaim=claim.name,
-                instance_id=instance.id,
-            )
+            await self._drop_instance(claim.name, instance)
             return
         itype = ctx.instance_types[instance.instance_type]
         current.provider_id = instance.provider_id
@@ -119,7 +121,12 @@ class NodeClaimLifecycle:
         current.price = instance.price
         current.allocatable = itype.allocatable
         current.launched_at = ctx.clock.now()
-        await ctx.cluster.update_node_claim(current)
+        try:
+            await ctx.cluster.update_node_claim(current)
+        except NotFound:
+            # Removed between the read above and the write (a mass termination does that).
+            await self._drop_instance(claim.name, instance)
+            return
         ctx.metrics.nodes_launched.labels(
             claim.nodepool, instance.capacity_type, instance.instance_type
         ).inc()
@@ -138,6 +145,26 @@ class NodeClaimLifecycle:
             claim.name,
             "Launched",
             f"Launched {instance.capacity_type} {instance.instance_type} in {instance.zone}",
+        )
+
+    async def _drop_instance(self, claim_name: str, instance: Instance) -> None:
+        """Terminate the instance of a claim that went away while it launched; were this to
+        fail, the instance carries the claim's tag and garbage collection terminates it."""
+        try:
+            await self.ctx.cloud.terminate(instance.id)
+        except CloudError as exc:
+            log.warning(
+                "could not terminate the instance of a vanished nodeclaim, leaving it to "
+                "garbage collection",
+                nodeclaim=claim_name,
+                instance_id=instance.id,
+                error=str(exc),
+            )
+            return
+        log.info(
+            "terminated instance of a nodeclaim deleted while it launched",
+            nodeclaim=claim_name,
+            instance_id=instance.id,
         )
 
     async def _call_launch(
@@ -244,7 +271,10 @@ class NodeClaimLifecycle:
         ctx = self.ctx
         ctx.metrics.nodeclaims_terminated.labels(metric).inc()
         await ctx.cluster.record_event("NodeClaim", claim.name, reason, message, warning=True)
-        await ctx.cluster.remove_node_claim(claim.name)
+        try:
+            await ctx.cluster.remove_node_claim(claim.name)
+        except NotFound:
+            log.debug("nodeclaim already gone", nodeclaim=claim.name)
 
     async def _sync_node(self, node_name: str) -> None:
         ctx = self.ctx
@@ -274,7 +304,13 @@ class NodeClaimLifecycle:
                 allocatable=(claim.allocatable or Resources()).describe(),
             )
         if changed:
-            await ctx.cluster.update_node_claim(claim)
+            try:
+                await ctx.cluster.update_node_claim(claim)
+            except NotFound:
+                # Removed since the node appeared (a mass termination): nothing to track.
+                log.debug(
+                    "nodeclaim gone before its registration was written", nodeclaim=claim.name
+                )
 
     async def _complete_node(self, node: Node, claim: NodeClaim) -> None:
         """Give a newly registered node the labels and taints its claim promised.
@@ -315,6 +351,15 @@ class NodeClaimLifecycle:
             labels=", ".join(sorted(labels)) or None,
             taints=", ".join(str(t) for t in taints) or None,
         )
+
+
+def _registration_labels(claim: NodeClaim, capacity_type: str) -> tuple[tuple[str, str], ...]:
+    """The labels a node of ``claim`` registers with before the instance type is known: the
+    claim's, its NodePool and capacity type (also in EKS's and eksctl's words)."""
+    labels = {**claim.labels, wk.NODEPOOL: claim.nodepool, wk.CAPACITY_TYPE: capacity_type}
+    for key, value in compat_labels(capacity_type).items():
+        labels.setdefault(key, value)
+    return tuple(sorted(labels.items()))
 
 
 def _startup_tainted(node: Node, claim: NodeClaim) -> bool:

@@ -59,6 +59,7 @@ class NodeGroupController:
     def __init__(self, ctx: Context, groups: Sequence[NodeGroup]) -> None:
         self.ctx = ctx
         self.groups = list(groups)
+        ctx.nodegroup_names.update(g.name for g in self.groups)  # for ownership checks
         self._trigger = asyncio.Event()
         self._serial = 0
         #: Instances a group could not place, by (group, capacity type), as last reported.

@@ -9,12 +9,12 @@ process saw keeps its instance id for a while), then from the cloud:
 
 * the instance is still among this cluster's instances (``Cloud.list_owned``): its claim
   was removed by hand, and garbage collection terminates it;
-* described, it carries one of this cluster's NodePool names in ``karpenter.sh/nodepool``
-  and no cluster-ownership tag (``kubernetes.io/cluster/<name>: owned``) that this
-  cluster's live instances lack. EC2 tags every launch with the cluster's tag, so another
-  cluster's instance, even from a pool of the same name, is not mistaken for ours; with no
-  live instance to compare with, a tagged instance counts as foreign, which errs on the
-  side of releasing.
+* described, it carries one of this cluster's NodePool (or node group) names in
+  ``karpenter.sh/nodepool`` and no cluster-ownership tag
+  (``kubernetes.io/cluster/<name>: owned``) that this cluster's live instances lack. EC2
+  tags every launch with the cluster's tag, so another cluster's instance, even from a
+  pool of the same name, is not mistaken for ours; with no live instance to compare with,
+  a tagged instance counts as foreign, which errs on the side of releasing.
 
 An answer "not ours" is kept for a while, so each foreign message does not cost a cloud
 call at each delivery.
@@ -105,7 +105,7 @@ class InstanceIndex:
         return False
 
     def _tagged_ours(self, instance: Instance, owned: list[Instance]) -> bool:
-        pools = {p.name for p in self.ctx.nodepools}
+        pools = {p.name for p in self.ctx.nodepools} | self.ctx.nodegroup_names
         if instance.tags.get(wk.NODEPOOL) not in pools:
             return False
         ours = {k for i in owned for k, v in i.tags.items() if _owned_tag(k, v)}

@@ -14,7 +14,9 @@ import time
 from collections.abc import Sequence
 
 from spotwright.controllers.context import Context
+from spotwright.controllers.kubelet_plan import claim_allocatable, plan_by_kubelet
 from spotwright.model import labels as wk
+from spotwright.model.kubelet import KubeletConfiguration
 from spotwright.model.objects import NodeClaim, NodeSelectorRequirement, Pod, Taint
 from spotwright.model.resources import Resources
 from spotwright.observability.logs import get_logger
@@ -27,10 +29,8 @@ from spotwright.scheduling import (
     Requirements,
     pod_requests,
     pod_requirements,
-    schedule,
     tolerates,
 )
-from spotwright.scheduling.min_values import enforce_min_values
 
 __all__ = ["Provisioner", "is_disrupting"]
 
@@ -49,6 +49,8 @@ def is_disrupting(claim: NodeClaim | None, taints: Sequence[object] = ()) -> boo
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 #: ``generateName`` cuts the prefix to this, so the name fits 63 characters.
 _NAME_PREFIX_MAX = 58
+#: Pods newly found unschedulable for one reason that get a log line each, per round.
+_LOGGED_ONE_BY_ONE = 10
 
 
 class Provisioner:
@@ -63,8 +65,16 @@ class Provisioner:
         self._trigger = asyncio.Event()
         self._names = rng if rng is not None else random.Random(round(ctx.clock.now() * 1e6))
         self._pending_keys: set[str] = set()
+        #: Set when a node starts being disrupted: its pods need a node now, and the batch
+        #: window (made for pods arriving one by one) would only delay their replacement.
+        self._urgent = False
         #: NodePool -> why its node class cannot launch, as last reported.
         self._class_problems: dict[str, str] = {}
+        #: NodePool -> its class's kubelet block, as of the last round (sizes its claims).
+        self._kubelets: dict[str, KubeletConfiguration | None] = {}
+        #: Pod -> why it fits nowhere, as last said (logged and recorded as an Event). Only
+        #: pods the last round could not place are kept, so it never outgrows the cluster.
+        self._unschedulable_told: dict[str, str] = {}
 
     async def run(self) -> None:
         watcher = asyncio.create_task(self._watch())
@@ -85,11 +95,14 @@ class Provisioner:
         cluster = self.ctx.cluster
         async for event in cluster.watch("pod", "node", "nodeclaim"):
             if self._is_trigger(event):
+                self._urgent = self._urgent or event.kind == "node"
                 self._trigger.set()
 
     def _is_trigger(self, event: WatchEvent) -> bool:
         cluster = self.ctx.cluster
         if event.kind == "pod":
+            if event.name in self._unschedulable_told:
+                return True  # placed or gone: a round takes it off the gauge and memory
             pod = cluster.pod(event.name)
             return pod is not None and _provisionable(pod)
         if event.kind == "nodeclaim":
@@ -101,8 +114,19 @@ class Provisioner:
         """Pods that stay pending are looked at again every ``pending_retry_seconds``."""
         while True:
             await self.ctx.clock.sleep(self.ctx.settings.pending_retry_seconds)
-            if any(_provisionable(p) for p in self.ctx.cluster.pods()):
+            if any(_provisionable(p) for p in self.ctx.cluster.pods()) or self._held_back():
                 self._trigger.set()
+
+    def _held_back(self) -> bool:
+        """Pods still on a disrupted node: a replace-then-drain holds them there until a
+        ready node has room, which the scheduler may have given to others meanwhile."""
+        cluster = self.ctx.cluster
+        return any(
+            not (p.daemon or p.mirror or p.terminating)
+            for n in cluster.nodes()
+            if is_disrupting(None, n.taints)
+            for p in cluster.pods_on(n.name)
+        )
 
     async def _batch(self) -> None:
         settings = self.ctx.settings
@@ -110,6 +134,9 @@ class Provisioner:
         while True:
             self._trigger.clear()
             self._pending_keys.update(p.key for p in self.ctx.cluster.pods() if _provisionable(p))
+            if self._urgent:
+                self._urgent = False
+                return
             remaining = deadline - self.ctx.clock.now()
             if remaining <= 0:
                 return
@@ -130,35 +157,22 @@ class Provisioner:
         now = ctx.clock.now()
         pods, existing = self._snapshot()
         if not pods:
+            ctx.metrics.pods_unschedulable.set(0)
+            self._unschedulable_told.clear()
             return []
         classes = await self._node_classes()
         templates = self._templates(classes)
         offerings = ctx.unavailable.apply(ctx.cloud.offerings(), now)
         started = time.perf_counter()
-        types = list(ctx.instance_types.values())
         overhead = self._daemon_overhead(templates)
-        plan = schedule(pods, existing, templates, types, offerings, daemon_overhead=overhead)
-        plan = enforce_min_values(plan, templates, types, offerings, daemon_overhead=overhead)
+        self._kubelets = {name: state.kubelet for name, state in classes.items()}
+        plan = plan_by_kubelet(
+            pods, existing, templates, ctx.instance_types, offerings, overhead, self._kubelets
+        )
         ctx.metrics.scheduling_duration.observe(time.perf_counter() - started)
         floors = {t.name: tuple(r for r in t.requirements if r.min_values) for t in templates}
         ctx.metrics.pods_unschedulable.set(len(plan.unschedulable))
-        by_key = {p.key: p for p in pods}
-        left_out = "; ".join(
-            f"NodePool {name} left out: {problem}"
-            for name, problem in sorted(self._class_problems.items())
-        )
-        for key, reason in sorted(plan.unschedulable.items()):
-            if left_out:
-                reason = f"{reason} ({left_out})"
-            log.warning("could not schedule pod", pod=key, reason=reason)
-            pod = by_key[key]
-            await ctx.cluster.record_event(
-                "Pod",
-                pod.key,
-                "FailedScheduling",
-                f"Failed to schedule pod, {reason}",
-                warning=True,
-            )
+        await self._tell_unschedulable(plan.unschedulable)
         if not plan.new_claims:
             return []
         log.info("batched pods", pods=max(batched, len(pods)), duration=f"{waited:.1f}s")
@@ -173,6 +187,7 @@ class Provisioner:
             name = self._claim_name(claim_plan.nodepool, taken)
             claim = self._to_claim(claim_plan, now, name, floors.get(claim_plan.nodepool, ()))
             claim.node_class = classes[claim.nodepool].name or ""
+            claim.kubelet = classes[claim.nodepool].kubelet
             taken.add(claim.name)
             await ctx.cluster.create_node_claim(claim)
             ctx.metrics.nodeclaims_created.labels(claim.nodepool).inc()
@@ -190,6 +205,44 @@ class Provisioner:
                 )
             created.append(claim)
         return created
+
+    async def _tell_unschedulable(self, unschedulable: dict[str, str]) -> None:
+        """Log and record (FailedScheduling) why each pod fits nowhere, once per reason.
+
+        Every retry round finds the same pods unplaceable for the same reason; saying so
+        each time buried the log (45,000 lines in one benchmark run) and the API server in
+        Events. A pod is told about again when its reason changes, or when it comes back
+        after having been placed (its memory goes with it).
+        """
+        left_out = "; ".join(
+            f"NodePool {name} left out: {problem}"
+            for name, problem in sorted(self._class_problems.items())
+        )
+        told = self._unschedulable_told
+        now_told: dict[str, str] = {}
+        fresh: dict[str, list[str]] = {}
+        for key, reason in sorted(unschedulable.items()):
+            if left_out:
+                reason = f"{reason} ({left_out})"
+            now_told[key] = reason
+            if told.get(key) == reason:
+                continue
+            fresh.setdefault(reason, []).append(key)
+            await self.ctx.cluster.record_event(
+                "Pod", key, "FailedScheduling", f"Failed to schedule pod, {reason}", warning=True
+            )
+        self._unschedulable_told = now_told
+        for reason, keys in fresh.items():
+            # A drained fleet's pods can all fail at once for one reason: past a few of
+            # them, one line with the count says as much (each pod still has its Event).
+            for key in keys[:_LOGGED_ONE_BY_ONE]:
+                log.warning("could not schedule pod", pod=key, reason=reason)
+            if len(keys) > _LOGGED_ONE_BY_ONE:
+                log.warning(
+                    "could not schedule more pods for the same reason",
+                    pods=len(keys) - _LOGGED_ONE_BY_ONE,
+                    reason=reason,
+                )
 
     def _snapshot(self) -> tuple[list[Pod], list[ExistingCapacity]]:
         """Pods to place and the capacity they may use, read from the cluster cache.
@@ -224,7 +277,8 @@ class Provisioner:
         for claim in cluster.node_claims():
             if claim.node_name or claim.deleting_since is not None:
                 continue
-            allocatable = claim.allocatable or self._smallest(claim.instance_types)
+            kubelet = claim.kubelet or self._kubelets.get(claim.nodepool)
+            allocatable = claim_allocatable(claim, ctx.instance_types, kubelet)
             if allocatable is None:
                 continue
             labels = dict(claim.labels)

@@ -5,9 +5,11 @@ disruption, a user). The node is tainted, cordoned and labelled out of load bala
 one patch (skipped when the interruption handler already did it at the message's receipt),
 then drained in tiers (ordinary pods, then system-critical ones; daemon-set and mirror pods
 are left, as are pods that tolerate the disruption taint), retrying PodDisruptionBudget
-refusals with backoff. At most ``eviction_concurrency`` evictions are in flight at once
-across all drains: a thousand nodes drained together must leave the API client's
-connections free for the next interrupted node's taint. When the claim carries a deadline
+refusals with backoff, or sooner when a pod of the budget turns ready, and holding a
+replace-then-drain's pods until ready nodes have room (``eviction_gates``). At most
+``eviction_concurrency`` evictions are in flight at once across all drains: a thousand
+nodes drained together must leave the API client's connections free for the next
+interrupted node's taint. When the claim carries a deadline
 (an interruption notice), nothing waits past it: a pod whose grace period would overrun
 the deadline is deleted with what time is left.
 
@@ -30,12 +32,14 @@ import weakref
 from collections.abc import Callable
 
 from spotwright.controllers.context import Context
+from spotwright.controllers.eviction_gates import BudgetWaker, Room, budgets_of, promise
 from spotwright.model import labels as wk
-from spotwright.model.objects import NodeClaim, Pod, Taint
+from spotwright.model.objects import NodeClaim, Pod, PodDisruptionBudget, Taint
 from spotwright.observability.logs import get_logger
 from spotwright.ports.cloud import CloudError
 from spotwright.ports.cluster import Cluster, EvictionBlocked, NotFound
 from spotwright.scheduling import tolerates
+from spotwright.scheduling.fit import pod_requests
 
 __all__ = [
     "DISRUPTED_TAINT",
@@ -55,6 +59,12 @@ EXCLUDE_LB_LABEL = "node.kubernetes.io/exclude-from-external-load-balancers"
 #: workloads written for Karpenter keep their protection).
 DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 
+#: The deletion reason of a replace-then-drain (``EventKind.REBALANCE_RECOMMENDATION``).
+_REBALANCE = "rebalance_recommendation"
+#: How long a replace-then-drain holds pods that no ready node has room for: long enough
+#: for the provisioner's next look (it counts them as pending) to order a node, short of
+#: leaving them for the interruption notice.
+_HOLD_SECONDS = 15.0
 #: Retries of a failed termination: 1 s, doubling, at most this long apart.
 _RETRY_MAX_SECONDS = 60.0
 #: One bound on evictions in flight per cluster, shared by every drain (the termination
@@ -229,9 +239,22 @@ class Terminator:
         starts a drain without one, and the interruption notice that may follow sets it.
         """
         ctx = self.ctx
+        waker = BudgetWaker(ctx.cluster)
+        try:
+            return await self._drain(node_name, deadline, claim_name, waker)
+        finally:
+            await waker.close()
+
+    async def _drain(
+        self, node_name: str, deadline: float | None, claim_name: str | None, waker: BudgetWaker
+    ) -> bool:
+        ctx = self.ctx
         backoff: dict[str, float] = {}
         next_try: dict[str, float] = {}
         told: set[str] = set()  # pods whose do-not-disrupt annotation got its Event
+        refused: set[str] = set()  # pods whose PDB refusal got its Event
+        hold_until = ctx.clock.now() + ctx.settings.replacement_wait_seconds
+        held_since: float | None = None
         while True:
             claim = ctx.cluster.node_claim(claim_name) if claim_name else None
             if claim is not None:
@@ -245,6 +268,23 @@ class Terminator:
             critical = [p for p in pods if _critical(p)]
             ordinary = [p for p in pods if not _critical(p)]
             tier = ordinary or critical
+            # A replace-then-drain has time: its pods leave once ready nodes have room for
+            # all of them (the largest first, as spreading would crowd them out), so none
+            # waits for a node and none leaves before the replacement is up.
+            holding = deadline is None and now < hold_until and _replacing(claim)
+            leaving = sorted(
+                (p for p in tier if not p.terminating), key=lambda p: -pod_requests(p).cpu
+            )
+            if holding and not Room(ctx.cluster, node_name, now).take_all(leaving):
+                held_since = now if held_since is None else held_since
+                if now - held_since < _HOLD_SECONDS:
+                    await waker.sleep(ctx.clock, 0.5)
+                    continue
+                # The provisioner sees no need for more room: let the pods go pending,
+                # which it acts on at once, rather than keep them until the notice.
+                holding = False
+            else:
+                held_since = None
             for pod in tier:
                 if pod.terminating:
                     continue
@@ -265,7 +305,7 @@ class Terminator:
                 try:
                     async with _eviction_slots(ctx):
                         await ctx.cluster.evict(pod)
-                except EvictionBlocked:
+                except EvictionBlocked as exc:
                     ctx.metrics.eviction_blocked.inc()
                     delay = min(
                         ctx.settings.eviction_backoff_max,
@@ -273,9 +313,16 @@ class Terminator:
                     )
                     backoff[pod.key] = delay
                     next_try[pod.key] = now + delay
+                    budgets = budgets_of(ctx.cluster, pod, exc.budget)
+                    waker.refused(budgets)
+                    if pod.key not in refused:
+                        refused.add(pod.key)
+                        await self._refused(pod, node_name, exc.budget or _names(budgets))
                     continue
                 except NotFound:
                     continue
+                if holding:
+                    promise(ctx.cluster, pod, now)
                 ctx.metrics.pods_evicted.labels("drain").inc()
                 log.info("evicted pod", pod=pod.key, node=node_name)
                 await ctx.cluster.record_event(
@@ -283,9 +330,26 @@ class Terminator:
                 )
             waits = [t - now for t in next_try.values() if t > now]
             step = min([0.5, *waits]) if waits else 0.5
-            if deadline is not None:
-                step = min(step, max(0.05, deadline - now - _max_grace(tier)))
-            await ctx.clock.sleep(step)
+            # Only forcing happens at the deadline: with "leave" nothing changes then.
+            going = [p for p in tier if not p.terminating]
+            if deadline is not None and ctx.settings.force_at_deadline and going:
+                step = min(step, max(0.05, deadline - now - _max_grace(going)))
+            if await waker.sleep(ctx.clock, step):
+                # A budget's pod became ready: its refused pods may go now, whatever
+                # their timers say (their backoff keeps growing while refused).
+                next_try.clear()
+
+    async def _refused(self, pod: Pod, node_name: str, budget: str) -> None:
+        """One Warning Event per pod and drain naming the budget; retries stay quiet."""
+        log.info("eviction refused by a disruption budget", pod=pod.key, budget=budget)
+        await self.ctx.cluster.record_event(
+            "Pod",
+            pod.key,
+            "EvictionBlocked",
+            f"Draining node {node_name}: eviction refused by disruption budget {budget}; "
+            "retrying with backoff",
+            warning=True,
+        )
 
     async def _protected(self, pod: Pod, node_name: str, now: float, told: set[str]) -> bool:
         """Whether the pod's do-not-disrupt annotation holds its eviction back now.
@@ -317,7 +381,10 @@ class Terminator:
                     warning=True,
                 )
             return False
-        until = pod.created_at + span
+        # Karpenter counts from status.startTime; a pod not started yet (or read from a
+        # source without it) counts from its creation, which only makes it earlier.
+        began = pod.started_at if pod.started_at is not None else pod.created_at
+        until = began + span
         if now >= until:
             return False
         if first:
@@ -392,3 +459,13 @@ def _critical(pod: Pod) -> bool:
 
 def _max_grace(pods: list[Pod]) -> float:
     return max((p.grace_seconds for p in pods), default=0.0)
+
+
+def _replacing(claim: NodeClaim | None) -> bool:
+    """A drain started by a rebalance recommendation, which has time to wait for room."""
+    return claim is not None and claim.deletion_reason == _REBALANCE
+
+
+def _names(budgets: list[PodDisruptionBudget]) -> str:
+    named = [f"{b.namespace}/{b.name}" for b in budgets if b.name]
+    return ", ".join(named) or "(not named in the answer)"

@@ -17,12 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from spotwright.model.nodeclass import (
-    UNSUPPORTED,
-    UNSUPPORTED_KUBELET,
-    EC2NodeClassSpec,
-    KubeletConfiguration,
-)
+from spotwright.model.nodeclass import UNSUPPORTED, EC2NodeClassSpec
 from spotwright.model.nodepool import Limits, NodePoolSpec
 
 __all__ = ["At", "Note", "clean", "clean_object", "copy_tree", "dig"]
@@ -59,20 +54,10 @@ _SERVER_ANNOTATIONS = frozenset(
         "karpenter.k8s.aws/ec2nodeclass-hash-version",
     }
 )
-_KNOWN_KUBELET = (
-    "clusterDNS",
-    "evictionSoft",
-    "evictionSoftGracePeriod",
-    "evictionMaxPodGracePeriod",
-    "imageGCHighThresholdPercent",
-    "imageGCLowThresholdPercent",
-    "cpuCFSQuota",
-)
 #: Fields Karpenter has and spotwright does not model, per model class, and why.
 _UNSUPPORTED: dict[type[BaseModel], dict[str, str]] = {
     NodePoolSpec: {"replicas": "static NodePools (spec.replicas) are not supported"},
     EC2NodeClassSpec: UNSUPPORTED,
-    KubeletConfiguration: dict.fromkeys(_KNOWN_KUBELET, UNSUPPORTED_KUBELET),
 }
 _LIMITS_NOTE = (
     "spotwright limits only cpu, memory, nodes, nvidia.com/gpu, pods and ephemeral-storage"

@@ -20,6 +20,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from spotwright.model.errors import Problem, ScenarioError, problems_from_validation, show
 from spotwright.model.fields import ConfigModel, Memory, ObjectMeta, StrictInt, Whole
+from spotwright.model.kubelet import KubeletConfiguration
 
 __all__ = [
     "AMI_FAMILIES",
@@ -62,30 +63,12 @@ UNSUPPORTED: dict[str, str] = {
     "cpuOptions": "CPU options are not modelled",
 }
 
-#: Kubelet settings Karpenter accepts beyond the five spotwright reads, and why not.
-UNSUPPORTED_KUBELET = (
-    "spotwright's capacity model reads only maxPods, podsPerCore, systemReserved, "
-    "kubeReserved and evictionHard"
-)
-
 _RESTRICTED_TAGS = ("eks:eks-cluster-name", "karpenter.sh/nodepool", "karpenter.sh/nodeclaim")
 _RESTRICTED_TAG_PREFIX = "kubernetes.io/cluster/"
 _NODECLASS_TAG = "karpenter.k8s.aws/ec2nodeclass"
 _ALIAS = re.compile(
     r"^(?P<family>[a-z0-9]+)@(?P<version>latest|v[0-9A-Za-z._-]+|[0-9][0-9A-Za-z._-]*)$"
 )
-_EVICTION_SIGNALS = frozenset(
-    {
-        "memory.available",
-        "nodefs.available",
-        "nodefs.inodesFree",
-        "imagefs.available",
-        "imagefs.inodesFree",
-        "pid.available",
-    }
-)
-_THRESHOLD = re.compile(r"^(\d+(\.\d+)?%|\d+(\.\d+)?([KMGTPE]i?)?)$")
-_RESERVED_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage", "pid"})
 
 
 def _one_of(term: ConfigModel, names: tuple[str, ...], what: str) -> None:
@@ -164,39 +147,6 @@ class AmiSelectorTerm(ConfigModel):
     @property
     def family(self) -> AmiFamily | None:
         return AMI_FAMILIES[self.alias.partition("@")[0]] if self.alias else None
-
-
-def _check_reserved(values: dict[str, str]) -> dict[str, str]:
-    for key in values:
-        if key not in _RESERVED_RESOURCES:
-            listed = ", ".join(sorted(_RESERVED_RESOURCES))
-            raise ValueError(f"expected a reservable resource ({listed}), got {show(key)}")
-    return values
-
-
-class KubeletConfiguration(ConfigModel):
-    """The kubelet settings that change what pods can use on a node."""
-
-    max_pods: StrictInt | None = Field(default=None, ge=0)
-    pods_per_core: StrictInt | None = Field(default=None, ge=0)
-    system_reserved: dict[str, str] = Field(default_factory=dict)
-    kube_reserved: dict[str, str] = Field(default_factory=dict)
-    eviction_hard: dict[str, str] = Field(default_factory=dict)
-
-    _reserved = field_validator("system_reserved", "kube_reserved")(_check_reserved)
-
-    @field_validator("eviction_hard")
-    @classmethod
-    def _eviction(cls, values: dict[str, str]) -> dict[str, str]:
-        for signal, threshold in values.items():
-            if signal not in _EVICTION_SIGNALS:
-                listed = ", ".join(sorted(_EVICTION_SIGNALS))
-                raise ValueError(f"expected an eviction signal ({listed}), got {show(signal)}")
-            if not isinstance(threshold, str) or not _THRESHOLD.match(threshold):
-                raise ValueError(
-                    f"expected a threshold like 100Mi or 10% for {signal}, got {show(threshold)}"
-                )
-        return values
 
 
 class EbsVolume(ConfigModel):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from spotwright.catalog._types import InstanceType
 from spotwright.model import labels as wk
+from spotwright.model.kubelet import allocatable
 from spotwright.model.objects import Node, NodeClaim
 
 __all__ = [
@@ -90,7 +91,8 @@ def node_for_instance(
             hostname=name,
         ),
         taints=list(claim.taints) if claim is not None else [],
-        allocatable=instance_type.allocatable,
+        # what the scheduler assumed for the claim's class, or pods get overpacked
+        allocatable=allocatable(instance_type, claim.kubelet if claim is not None else None),
         ready=ready,
         created_at=now,
     )

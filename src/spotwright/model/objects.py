@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from spotwright.model.kubelet import KubeletConfiguration
 from spotwright.model.resources import Resources
 
 __all__ = [
@@ -143,6 +144,8 @@ class Pod:
     grace_seconds: float = 30.0
     startup_seconds: float = 0.0
     created_at: float = 0.0
+    #: ``status.startTime``: when the kubelet took the pod on (None until then, or unknown).
+    started_at: float | None = None
     node_name: str | None = None
     #: Set when the scheduler tried the pod and found no node (PodScheduled=False, Unschedulable).
     unschedulable: bool = False
@@ -205,6 +208,8 @@ class NodeClaim:
     created_at: float = 0.0
     #: The EC2NodeClass its NodePool names (how to launch it); empty: the cloud's defaults.
     node_class: str = ""
+    #: That class's kubelet block: it decides what the node's pods may use.
+    kubelet: KubeletConfiguration | None = None
     # status
     provider_id: str = ""
     instance_type: str = ""

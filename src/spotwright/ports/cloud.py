@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from spotwright.catalog._types import InstanceType
+from spotwright.model.kubelet import KubeletConfiguration
+from spotwright.model.objects import Taint
 
 __all__ = [
     "Cloud",
@@ -59,6 +61,10 @@ class LaunchRequest:
     #: The node class (EC2NodeClass) the claim's NodePool names: how to launch (subnets,
     #: security groups, AMI, role, tags...). None: the cloud's own defaults.
     node_class: str | None = None
+    #: What the node must register with, so it never joins without them: its labels
+    #: (the NodePool's, capacity type...) and taints (startup taints included).
+    labels: tuple[tuple[str, str], ...] = ()
+    taints: tuple[Taint, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +81,8 @@ class NodeClassState:
     zones: frozenset[str] | None = None
     architectures: frozenset[str] | None = None
     problem: str = ""
+    #: The class's kubelet block: its nodes offer pods what it leaves (``model.kubelet``).
+    kubelet: KubeletConfiguration | None = None
 
     @property
     def ready(self) -> bool:

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from spotwright.model.objects import Node, NodeClaim, Pod, Taint
+from spotwright.model.objects import Node, NodeClaim, Pod, PodDisruptionBudget, Taint
 
 __all__ = [
     "Cluster",
@@ -41,7 +41,15 @@ class NotFound(ClusterError):
 
 
 class EvictionBlocked(ClusterError):
-    """The Eviction API answered 429: a PodDisruptionBudget allows no disruption now."""
+    """The Eviction API answered 429: a PodDisruptionBudget allows no disruption now.
+
+    ``budget`` is the refusing budget's ``namespace/name`` when the answer says which
+    (the drain names it in the Event it records), else None.
+    """
+
+    def __init__(self, message: str, budget: str | None = None) -> None:
+        super().__init__(message)
+        self.budget = budget
 
 
 class Cluster(Protocol):
@@ -61,6 +69,10 @@ class Cluster(Protocol):
     def node_claims(self) -> Sequence[NodeClaim]: ...
 
     def node_claim(self, name: str) -> NodeClaim | None: ...
+
+    def pdbs(self) -> Sequence[PodDisruptionBudget]:
+        """The cached budgets; empty when the cache does not hold them."""
+        ...
 
     def watch(self, *kinds: Kind) -> AsyncIterator[WatchEvent]:
         """Changes to objects of these kinds, from now on, until the iterator is closed."""

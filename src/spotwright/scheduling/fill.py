@@ -173,11 +173,15 @@ def _fill_new(sched: _Scheduler, cands: Candidates, shapes: list[_Shape]) -> Non
     For every type that some remaining shape would pick on its own, a dry run fills one
     node of it the way ``_pack`` will (``_plan``); the type whose node holds the most
     worth for its price (the cheapest type holding the result) wins, and the claim is
-    opened and filled for real. The same choice is reused while no shape runs out, so a
-    batch of a few shapes costs a few dry runs, not one per claim.
+    opened and filled for real. The same choice is reused while a node of it still fills
+    exactly as when it was chosen, so a batch of a few shapes costs a few dry runs, not
+    one per claim; once a shape runs short the choice is made again, or the last type
+    chosen (a memory-rich node that suited the last memory-heavy pod, say) would go on
+    taking one small pod each.
     """
     failed: set[int] = set()
     choice: tuple[float, Vec] | None = None  # (price cap, capacity)
+    chosen: list[tuple[int, int]] = []  # how a node of that capacity filled when chosen
     while True:
         live = [i for i, s in enumerate(shapes) if s.left and i not in failed]
         if not live:
@@ -185,11 +189,13 @@ def _fill_new(sched: _Scheduler, cands: Candidates, shapes: list[_Shape]) -> Non
         steps: list[tuple[int, int]] = []
         if choice is not None:
             steps = _plan(choice[1], _EMPTY, shapes, live)[3]
-        if not steps:
+        if choice is None or steps != chosen:
+            # the node the choice was made for no longer fills the same way (a shape ran
+            # short): another type may now hold the remaining pods better
             choice = _best_node(cands, shapes, live)
             if choice is None:
                 return
-            steps = _plan(choice[1], _EMPTY, shapes, live)[3]
+            steps = chosen = _plan(choice[1], _EMPTY, shapes, live)[3]
         if choice is None or not steps:
             return
         price, target = choice
@@ -205,10 +211,7 @@ def _fill_new(sched: _Scheduler, cands: Candidates, shapes: list[_Shape]) -> Non
             continue
         _assign(sched, claim, e, k)
         top.left -= k
-        before = [s.left for s in shapes]
         _pack(sched, claim, shapes, claim.cap_price, target)
-        if any(s.left == 0 and b > 0 for s, b in zip(shapes, before, strict=True)):
-            choice = None  # a shape ran out: the best node may look different now
 
 
 def _best_node(

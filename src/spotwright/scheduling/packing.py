@@ -1,9 +1,11 @@
 """``schedule``: place pending pods on existing capacity or on new claims, cost-aware.
 
 The order is Karpenter's: each pod (here, each group of identical pods) goes first to
-existing capacity (initialized nodes before in-flight claims, first fit), then to a claim
-opened earlier in this round, then to a new claim from the highest-weight NodePool that
-can take it. A claim keeps every instance type that still fits its pods.
+existing capacity (initialized nodes before in-flight claims; pods without topology rules
+largest first, each where it fits tightest, so pods still pending while their claims boot
+land as planned), then to a claim opened earlier in this round, then to a new claim
+from the highest-weight NodePool that can take it. A claim keeps every instance type that
+still fits its pods.
 
 Where it departs from Karpenter is growth. Karpenter adds pods to a claim while *any*
 type still fits, so claims drift up to the largest type, which in a real catalog is often
@@ -105,6 +107,8 @@ class _Scheduler(ClaimBook):
         ]
         #: The claim the last constrained pod went to: the next one starts looking there.
         self.cursor: ClaimState | None = None
+        #: CPU and memory the round's pods request: the scale of "room left over".
+        self.totals: tuple[int, int] = (1, 1)
         self.topology: Topology | None = None
         self._node_ok: dict[tuple[int, int], bool] = {}
         self._profiles: dict[tuple[int, int], Profile] = {}
@@ -138,6 +142,10 @@ class _Scheduler(ClaimBook):
             p.pod_anti_affinity for n in self.nodes for p in n.cap.pods
         )
         groups = build_groups(pods, topo_in_play)
+        self.totals = (
+            sum(len(g.pods) * g.req[0] for g in groups) or 1,
+            sum(len(g.pods) * g.req[1] for g in groups) or 1,
+        )
         if topo_in_play:
             self.topology = Topology(
                 ((n.host, n.cap.labels, n.cap.pods) for n in self.nodes), self._universe
@@ -172,12 +180,23 @@ class _Scheduler(ClaimBook):
         self.room = FreeRoom(self.min_need)
         failed: list[tuple[Group, list[Pod]]] = []
         deferred: list[Entry] = []
+        free: dict[int, list[Pod]] = {}
+        if self.nodes:
+            # Unconstrained pods take existing capacity largest first, each where it fits
+            # tightest: pods still pending while the claims planned for them boot then land
+            # as they were planned, instead of first-fit stranding room that new claims
+            # (nodes of their own) would then make up for.
+            for g in sorted(groups, key=lambda g: g.order_key):
+                v = g.variants[0]
+                prof = self.profile(g, v)
+                if prof is None or not (prof.constraints or prof.inverse):
+                    free[id(g)] = self.place_bulk(g, v, prof, g.pods, existing_only=True)
         for g in groups:
             v = g.variants[0]
             prof = self.profile(g, v)
             if prof is None or not (prof.constraints or prof.inverse):
                 # unconstrained: existing capacity now, new claims in the packing pass
-                left = self.place_bulk(g, v, prof, g.pods, existing_only=True)
+                left = free[id(g)] if self.nodes else g.pods
                 if left:
                     deferred.append(Entry(g, v, prof, left))
                 continue
@@ -259,11 +278,10 @@ class _Scheduler(ClaimBook):
         existing_only: bool = False,
     ) -> list[Pod]:
         n, i, req = len(pods), 0, group.req
-        for j, node in enumerate(self.nodes):
+        for j in self._tightest(group, v):
             if i == n:
                 break
-            if not self.node_static_ok(j, node, group, v):
-                continue
+            node = self.nodes[j]
             k = min(node_room(node, req, group.ext), n - i)
             if k <= 0:
                 continue
@@ -293,6 +311,27 @@ class _Scheduler(ClaimBook):
         self.placed(group, i)
         self._compact()
         return pods[i:]
+
+    def _tightest(self, group: Group, v: Variant) -> list[int]:
+        """The existing nodes ``group`` may use: initialized before in-flight, then best fit.
+
+        Best fit is fewest copies of the pod fitting, then least room left over (CPU and
+        memory as shares of the round's requests): a memory-heavy pod goes to the
+        memory-rich node planned for it, not to the first general-purpose one by name.
+        """
+        req, (cpu, mem) = group.req, self.totals
+        scored: list[tuple[bool, int, float, int]] = []
+        for j, node in enumerate(self.nodes):
+            if not self.node_static_ok(j, node, group, v):
+                continue
+            fits = node_room(node, req, group.ext)
+            if fits <= 0:
+                continue
+            free = node.free
+            left = (free[0] - req[0]) / cpu + (free[1] - req[1]) / mem
+            scored.append((node.cap.in_flight, fits, left, j))
+        scored.sort()
+        return [j for *_, j in scored]
 
     def place_each(self, group: Group, v: Variant, prof: Profile, pods: list[Pod]) -> list[Pod]:
         assert self.topology is not None

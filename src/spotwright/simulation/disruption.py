@@ -190,9 +190,9 @@ class BudgetBooks:
         ]
 
     def _advance(self, budget: _Budget, now: float) -> None:
-        if budget.since is not None and now > budget.since:
-            if budget.armed and budget.ready < budget.floor:
-                budget.below_seconds += now - budget.since
+        below = budget.armed and budget.ready < budget.floor
+        if below and budget.since is not None and now > budget.since:
+            budget.below_seconds += now - budget.since
         budget.since = now
 
     def _settle(self, budget: _Budget) -> None:

@@ -309,10 +309,11 @@ def _pods_moved(ledger: Ledger) -> dict[str, Any]:
     """How the pods that left interrupted nodes fared, and recovery counted per notice."""
     nodes = list(ledger.interrupted.nodes.values())
     per_notice = [r for b in nodes if (r := b.recovery_seconds()) is not None]
+    longest = max((b.longest_wait for b in nodes), default=0.0)
     return {
         "moved": sum(b.moved for b in nodes),
         "waited_for_node": sum(b.waited for b in nodes),
-        "longest_wait_for_node_seconds": round(max((b.longest_wait for b in nodes), default=0.0), 3),
+        "longest_wait_for_node_seconds": round(longest, 3),
         "notice_recovery_p50_seconds": round(percentile(per_notice, 50), 3),
         "notice_recovery_p99_seconds": round(percentile(per_notice, 99), 3),
     }

@@ -120,6 +120,14 @@ OPERATIONS: Final[Mapping[tuple[str, str], tuple[Grant, ...]]] = {
     ("ec2", "DescribeSecurityGroups"): _read("ec2:DescribeSecurityGroups"),
     ("ec2", "DescribeLaunchTemplates"): _read("ec2:DescribeLaunchTemplates"),
     ("ec2", "DescribeInstances"): _read("ec2:DescribeInstances"),
+    # the cluster's endpoint, CA and service CIDR for the nodes' user data, unless given
+    ("eks", "DescribeCluster"): (
+        Grant(
+            "ReadOwnCluster",
+            ("eks:DescribeCluster",),
+            (f"{_ARN}:eks:${{AWS::Region}}:${{AWS::AccountId}}:cluster/${{ClusterName}}",),
+        ),
+    ),
     # EC2NodeClass amiSelectorTerms that select by id, name, owner or tags
     ("ec2", "DescribeImages"): _read("ec2:DescribeImages"),
     # the AMI parameters AWS publishes for EKS nodes (an EC2NodeClass alias, or the default)

@@ -3,7 +3,8 @@
 ``EC2Cloud`` discovers what it can launch (``discovery``), resolves each NodePool's
 EC2NodeClass into subnets, security groups, AMIs and an instance profile (``nodeclasses``),
 launches with instant-type CreateFleet calls (``fleet``, merged when identical, through a
-launch template per NodePool, class and AMI), classifies what goes wrong (``errors``),
+launch template per NodePool, class, AMI and node user data, ``bootstrap``, with the
+cluster's coordinates from ``cluster_info``), classifies what goes wrong (``errors``),
 and terminates, describes and lists the cluster's instances. Its semantics match
 ``adapters.sim_market.SimulatedMarket``: the same validation of requests, the same error
 types and codes, ``offerings()`` flagging everything available (EC2 does not reveal
@@ -28,6 +29,10 @@ import boto3  # type: ignore[import-untyped]
 from spotwright.adapters.aws import errors as classify
 from spotwright.adapters.aws._api import AwsCaller, TokenBucket, make_client
 from spotwright.adapters.aws._batch import Batcher
+from spotwright.adapters.aws.bootstrap import (
+    ClusterInfo,
+)
+from spotwright.adapters.aws.cluster_info import ClusterSource
 from spotwright.adapters.aws.discovery import Discovery
 from spotwright.adapters.aws.fleet import (
     NODECLASS_TAG,
@@ -78,6 +83,7 @@ class EC2Cloud:
         ssm_client: Any = None,
         pricing_client: Any = None,
         iam_client: Any = None,
+        eks_client: Any = None,
         node_classes: NodeClassLookup | None = None,
         catalog: Catalog | None = None,
         endpoint_url: str | None = None,
@@ -131,6 +137,11 @@ class EC2Cloud:
         )
         self.launch_templates = LaunchTemplates(self._ec2, cluster_name=settings.cluster_name)
         iam = AwsCaller(client("iam", iam_client), clock=clock, retry=settings.retry, rng=rng)
+
+        def eks() -> AwsCaller:  # made only if DescribeCluster is needed
+            return AwsCaller(client("eks", eks_client), clock=clock, retry=settings.retry, rng=rng)
+
+        self._cluster = ClusterSource(settings, eks)
         self.node_classes = NodeClasses(
             ec2=self._ec2,
             discovery=self.discovery,
@@ -139,6 +150,7 @@ class EC2Cloud:
             lookup=node_classes,
             defaults=TemplateSettings(settings.instance_profile, settings.user_data),
             ttl=settings.intervals.network,
+            defaults_family=settings.defaults_family(),
         )
         self._fleets: Batcher[MergeKey, LaunchRequest, Instance] = Batcher(
             self._launch_batch,
@@ -214,6 +226,10 @@ class EC2Cloud:
         """The zones and architectures a class (None: the defaults) can launch, or why not."""
         return (await self.node_classes.launch_spec(name)).state()
 
+    async def cluster_info(self) -> ClusterInfo:
+        """The cluster's endpoint, CA and service CIDR for the nodes' user data."""
+        return await self._cluster.get()
+
     async def _plan(self, request: LaunchRequest) -> tuple[FleetPlan, LaunchSpec]:
         spec = await self.node_classes.launch_spec(request.node_class)
         if spec.problem:
@@ -229,8 +245,9 @@ class EC2Cloud:
             image = await self.node_classes.image(spec, itype)
             if image is None:
                 continue
+            settings = await self._cluster.node_template(spec, request, itype)
             template = await self.launch_templates.ensure(
-                request.nodepool, image, spec.security_groups, spec.template
+                request.nodepool, image, spec.security_groups, settings
             )
             configs.setdefault(template, []).append(
                 Override(offering.instance_type, subnet.id, offering.zone)

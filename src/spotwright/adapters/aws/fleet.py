@@ -8,8 +8,8 @@ least likely to be interrupted), lowest-price for on-demand. Types needing diffe
 (arm64, NVIDIA) go in separate launch template configs of the same fleet.
 
 Requests whose ``merge_key`` is equal (same capacity type, same offerings in the same order,
-same NodePool and node class, same tags apart from the node claim's own) are sent as one
-fleet of N, and
+same NodePool and node class, same node labels and taints, same tags apart from the node
+claim's own) are sent as one fleet of N, and
 the N instances are handed back one per request (``split``).
 """
 
@@ -54,15 +54,32 @@ def cluster_tag(cluster_name: str) -> str:
 
 
 #: (capacity type, nodepool, ((type, zone), ...), tags other than the node claim's,
-#: node class).
-MergeKey = tuple[str, str, tuple[tuple[str, str], ...], tuple[tuple[str, str], ...], str]
+#: node class, the node's labels, its taints).
+MergeKey = tuple[
+    str,
+    str,
+    tuple[tuple[str, str], ...],
+    tuple[tuple[str, str], ...],
+    str,
+    tuple[tuple[str, str], ...],
+    tuple[str, ...],
+]
 
 
 def merge_key(request: LaunchRequest) -> MergeKey:
-    """Equal keys launch identically, so their requests may share one CreateFleet."""
+    """Equal keys launch identically, so their requests may share one CreateFleet (the
+    labels and taints are in the user data, so they must agree too)."""
     pools = tuple((o.instance_type, o.zone) for o in request.offerings)
     tags = tuple(sorted((k, v) for k, v in request.tags if k != NODECLAIM_TAG))
-    return (request.capacity_type, request.nodepool, pools, tags, request.node_class or "")
+    return (
+        request.capacity_type,
+        request.nodepool,
+        pools,
+        tags,
+        request.node_class or "",
+        tuple(sorted(request.labels)),
+        tuple(str(t) for t in request.taints),
+    )
 
 
 def request_tags(request: LaunchRequest) -> dict[str, str]:

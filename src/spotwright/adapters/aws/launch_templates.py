@@ -2,7 +2,9 @@
 
 The node settings are those of the NodePool's EC2NodeClass (``TemplateSettings``: its
 instance profile, user data, block device mappings and instance metadata options), or the
-controller's defaults for a NodePool without one.
+controller's defaults for a NodePool without one. The user data is the node's own
+(``bootstrap``: the claim's labels and taints, max pods of the instance type), so claims
+and types share a template exactly when their nodes would boot the same way.
 
 The name is derived from everything the template holds, so a new AMI or a changed security
 group yields a new template while unchanged settings find the existing one, even after a

@@ -25,6 +25,7 @@ from typing import Any
 
 from spotwright.adapters.aws._api import AwsCaller
 from spotwright.adapters.aws.amis import alias_parameter, find_images, newest_by_arch
+from spotwright.adapters.aws.bootstrap import user_data_problem
 from spotwright.adapters.aws.discovery import (
     Discovery,
     SelectorTerm,
@@ -36,7 +37,12 @@ from spotwright.adapters.aws.discovery import (
 from spotwright.adapters.aws.instance_profiles import InstanceProfiles
 from spotwright.adapters.aws.launch_templates import TemplateSettings
 from spotwright.catalog._types import InstanceType
-from spotwright.model.nodeclass import BlockDeviceMapping, EC2NodeClass, EC2NodeClassSpec
+from spotwright.model.nodeclass import (
+    BlockDeviceMapping,
+    EC2NodeClass,
+    EC2NodeClassSpec,
+    KubeletConfiguration,
+)
 from spotwright.observability.logs import get_logger
 from spotwright.ports.clock import Clock
 from spotwright.ports.cloud import CloudError, NodeClassState
@@ -66,6 +72,9 @@ class LaunchSpec:
     alias_architectures: frozenset[str] | None = None
     template: TemplateSettings = field(default_factory=TemplateSettings)
     tags: Mapping[str, str] = field(default_factory=dict)
+    #: How nodes bootstrap (the user data made per launch template, see ``bootstrap``).
+    family: str = "Custom"
+    kubelet: KubeletConfiguration | None = None
     problem: str = ""
     #: The error code a launch for a broken class fails with.
     code: str = ""
@@ -76,7 +85,9 @@ class LaunchSpec:
         architectures = (
             frozenset(self.images) if self.images is not None else self.alias_architectures
         )
-        return NodeClassState(self.name, frozenset(self.subnets), architectures)
+        return NodeClassState(
+            self.name, frozenset(self.subnets), architectures, kubelet=self.kubelet
+        )
 
 
 def block_device_mappings(mappings: Sequence[BlockDeviceMapping]) -> tuple[dict[str, Any], ...]:
@@ -134,6 +145,7 @@ class NodeClasses:
         lookup: NodeClassLookup | None,
         defaults: TemplateSettings,
         ttl: float,
+        defaults_family: str = "Custom",
     ) -> None:
         self._ec2 = ec2
         self._discovery = discovery
@@ -141,6 +153,7 @@ class NodeClasses:
         self._clock = clock
         self.lookup = lookup
         self._defaults = defaults
+        self._defaults_family = defaults_family
         self._ttl = ttl
         self._cache: dict[str, tuple[str, _Cached[LaunchSpec]]] = {}
 
@@ -195,7 +208,14 @@ class NodeClasses:
                 problem="no security group matches the security group selector",
                 code="SecurityGroupsNotFound",
             )
-        return LaunchSpec(None, subnets, groups, template=self._defaults)
+        problem = user_data_problem(self._defaults_family, self._defaults.user_data)
+        if problem:
+            return LaunchSpec(
+                None, subnets, groups, problem=f"--user-data: {problem}", code="UserDataInvalid"
+            )
+        return LaunchSpec(
+            None, subnets, groups, template=self._defaults, family=self._defaults_family
+        )
 
     async def _resolve(self, name: str, spec: EC2NodeClassSpec) -> LaunchSpec:
         """Never raises a CloudError: a failing call becomes the class's problem."""
@@ -212,6 +232,9 @@ class NodeClasses:
             log.warning("EC2NodeClass cannot launch", nodeclass=name, reason=problem)
             return LaunchSpec(name, problem=f"EC2NodeClass {name}: {problem}", code=code)
 
+        problem = user_data_problem(spec.family, spec.user_data)
+        if problem:
+            return broken("UserDataInvalid", f"{problem} (amiFamily {spec.family})")
         subnet_terms = [SelectorTerm(dict(t.tags), t.id) for t in spec.subnet_selector_terms]
         subnets = await find_subnets(self._ec2, subnet_terms)
         if not subnets:
@@ -269,6 +292,8 @@ class NodeClasses:
             alias_architectures=alias_archs,
             template=template,
             tags=dict(spec.tags),
+            family=spec.family,
+            kubelet=spec.kubelet,
         )
 
     async def _alias_architectures(self, alias: str) -> frozenset[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from spotwright.adapters.aws._api import RetryPolicy
+from spotwright.adapters.aws.bootstrap import family_of_parameter
 from spotwright.adapters.aws.discovery import DEFAULT_AMI_PARAMETER, RefreshIntervals, SelectorTerm
 from spotwright.adapters.aws.fleet import MAX_OVERRIDES
 
@@ -31,6 +32,15 @@ class EC2Settings:
     ami_parameter: str = DEFAULT_AMI_PARAMETER
     instance_profile: str | None = None
     user_data: str | None = None
+    #: How nodes of the defaults bootstrap (None: from ``ami_parameter``; Custom with
+    #: ``ami_id``, whose user data is then passed verbatim).
+    ami_family: str | None = None
+    #: What nodes need to join: given, or else read with EKS DescribeCluster.
+    cluster_endpoint: str | None = None
+    #: The cluster's CA bundle, base64-encoded PEM (as EKS DescribeCluster returns it).
+    cluster_ca_bundle: str | None = None
+    #: The service CIDR (the cluster DNS address is its tenth address).
+    service_cidr: str | None = None
     #: Restrict discovery to these types (EC2 filter wildcards allowed, e.g. ``m5.*``).
     instance_type_patterns: tuple[str, ...] = ()
     #: On-demand prices from the Pricing API (else from the catalog).
@@ -46,6 +56,12 @@ class EC2Settings:
     terminate_max_items: int = 500
     max_overrides: int = MAX_OVERRIDES
     intervals: RefreshIntervals = field(default_factory=RefreshIntervals)
+
+    def defaults_family(self) -> str:
+        """The AMI family of the defaults' images: it says how their user data is made."""
+        if self.ami_family:
+            return self.ami_family
+        return "Custom" if self.ami_id else family_of_parameter(self.ami_parameter)
 
     def selectors(self) -> tuple[tuple[SelectorTerm, ...], tuple[SelectorTerm, ...]]:
         default = (SelectorTerm(tags={"karpenter.sh/discovery": self.cluster_name}),)

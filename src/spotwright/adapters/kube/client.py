@@ -10,6 +10,9 @@ what a controller needs on top and what the rest of the adapter relies on:
   except the long-running watches, so a storm of interruptions cannot flood the API server;
   waiting requests are served by priority (Lease renewals, then taints and NodeClaim
   writes, then evictions and pod deletions), and Events have a bucket of their own;
+* evictions and pod deletions may hold only some of the HTTP connections at once
+  (``bulk_in_flight``): the pool hands its connections out first come first served, so a
+  drain storm's queued evictions would otherwise take them all while a taint waits;
 * calls that may be repeated (list, get, patch, delete) are retried on a 5xx, a 429 or a
   dropped connection, so one hiccup of the API server does not fail a drain; creates are
   never repeated, since a create that timed out may have happened;
@@ -20,6 +23,7 @@ what a controller needs on top and what the rest of the adapter relies on:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import heapq
 import itertools
@@ -57,6 +61,8 @@ FIELD_MANAGER: Final = "spotwright"
 _LIST_CHUNK: Final = 500
 _ATTEMPTS: Final = 3
 _RETRY_DELAY: Final = 0.2
+#: Half of the HTTP pool (httpx's default of 100 connections, which lightkube keeps).
+_BULK_IN_FLIGHT: Final = 50
 T = TypeVar("T")
 _ALL_VERBS: Final = [
     "delete",
@@ -231,9 +237,16 @@ class Api:
         burst: int = 300,
         event_qps: float = 20.0,
         event_burst: int = 50,
+        bulk_in_flight: int = _BULK_IN_FLIGHT,
     ) -> None:
+        if bulk_in_flight < 1:
+            raise ValueError("bulk_in_flight must be >= 1")
         self.client = client
         self.bucket = TokenBucket(qps, burst)
+        #: The low-priority lane: evictions and pod deletions in flight at once. Taints,
+        #: cordons, claim writes and Lease renewals never wait for it, so with the pool's
+        #: 100 connections at least half are always theirs.
+        self.bulk_lane = asyncio.Semaphore(bulk_in_flight)
         #: Events have a budget of their own: recording them never delays an action.
         self.events_bucket = TokenBucket(event_qps, event_burst)
         #: Every permission a call so far has needed, for the RBAC check.
@@ -410,18 +423,22 @@ class Api:
         delay = _RETRY_DELAY
         bucket, priority = self._bucket(kind), _priority(kind, verb)
         for attempt in range(1, _ATTEMPTS + 1):
-            await bucket.acquire(priority)
-            try:
-                return await call()
-            except Exception as exc:
-                code = status_code(exc)
-                transient = (
-                    code >= 500 or (code == 429 and retry_429)
-                    if code is not None
-                    else isinstance(exc, httpx2.TransportError)
-                )
-                if attempt == _ATTEMPTS or not transient:
-                    raise
+            # A bulk request takes its lane slot before its token, so requests waiting for
+            # the lane do not spend the rate that urgent ones need.
+            lane = self.bulk_lane if priority is Priority.BULK else contextlib.nullcontext()
+            async with lane:
+                await bucket.acquire(priority)
+                try:
+                    return await call()
+                except Exception as exc:
+                    code = status_code(exc)
+                    transient = (
+                        code >= 500 or (code == 429 and retry_429)
+                        if code is not None
+                        else isinstance(exc, httpx2.TransportError)
+                    )
+                    if attempt == _ATTEMPTS or not transient:
+                        raise
             await asyncio.sleep(delay)
             delay *= 2
         raise AssertionError("unreachable")

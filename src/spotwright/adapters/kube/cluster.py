@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 import uuid
 from collections import OrderedDict
@@ -352,7 +353,7 @@ class KubeCluster:
         except Exception as exc:
             code = status_code(exc)
             if code == 429:
-                raise EvictionBlocked(str(exc)) from exc
+                raise EvictionBlocked(str(exc), _refusing_budget(exc, pod.namespace)) from exc
             raise _error(exc, f"pod {pod.key}") from exc
         self._mark_terminating(pod.key, evicted=True)
 
@@ -463,3 +464,21 @@ def _error(exc: Exception, what: str) -> ClusterError:
     if status_code(exc) == 404:
         return NotFound(f"{what} not found")
     return ClusterError(f"{what}: {exc}")
+
+
+_BUDGET_CAUSE = re.compile(r"disruption budget (\S+) needs")
+
+
+def _refusing_budget(exc: BaseException, namespace: str) -> str | None:
+    """``namespace/name`` of the budget a 429 names, else None.
+
+    The message only says "would violate the pod's disruption budget"; the name is in a
+    cause of type DisruptionBudget ("The disruption budget web needs 2 healthy pods ...").
+    """
+    status = getattr(exc, "status", None)
+    details = getattr(status, "details", None)
+    for cause in getattr(details, "causes", None) or ():
+        match = _BUDGET_CAUSE.search(getattr(cause, "message", None) or "")
+        if match:
+            return f"{namespace}/{match.group(1)}"
+    return None

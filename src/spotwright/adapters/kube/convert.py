@@ -329,6 +329,7 @@ def pod_from_api(obj: Mapping[str, Any]) -> Pod | None:
         mirror=MIRROR_ANNOTATION in (meta.get("annotations") or {}),
         grace_seconds=float(30 if grace is None else grace),
         created_at=parse_time(meta.get("creationTimestamp")) or 0.0,
+        started_at=parse_time(status.get("startTime")),
         node_name=sys.intern(node_name) if node_name else None,
         unschedulable=(
             node_name is None
