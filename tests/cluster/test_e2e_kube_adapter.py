@@ -413,7 +413,9 @@ async def _eviction(kube: KubeCluster, cluster: TestCluster, namespace: str) -> 
     async def refused() -> bool:
         try:
             await kube.evict(cached)
-        except EvictionBlocked:
+        except EvictionBlocked as refusal:
+            # The drain's Warning Event names the budget: the real 429 must carry it.
+            assert refusal.budget == f"{namespace}/guarded", refusal
             return True
         pytest.fail("the eviction went through although the budget forbids it")
 

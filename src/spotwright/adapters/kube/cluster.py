@@ -466,7 +466,10 @@ def _error(exc: Exception, what: str) -> ClusterError:
     return ClusterError(f"{what}: {exc}")
 
 
-_BUDGET_CAUSE = re.compile(r"disruption budget (\S+) needs")
+#: kube-apiserver's eviction REST (pkg/registry/core/pod/storage/eviction.go) names the
+#: budget in a DisruptionBudget cause: "... needs N healthy pods ..." or, when the budget
+#: controller has not synced it, "... does not allow evicting pods currently ...".
+_BUDGET_CAUSE = re.compile(r"disruption budget (\S+) (?:needs|does not allow)")
 
 
 def _refusing_budget(exc: BaseException, namespace: str) -> str | None:
