@@ -179,6 +179,31 @@ def test_a_refused_eviction_is_retried_the_moment_a_pod_of_its_budget_turns_read
     sim.run(body)
 
 
+def test_a_replace_then_drain_keeps_its_pods_until_the_node_ordered_for_them_is_ready(
+    sim: Simulator,
+) -> None:
+    """No room elsewhere: the pods stay for the whole boot (30 s, past the short hold the
+    drain allows the provisioner to act), then go straight onto the new node."""
+
+    async def body(w: World) -> None:
+        w.add_nodepool()
+        await w.start_controllers()
+        w.deploy("web", 3, startup_seconds=5, grace_seconds=5)
+        claim = await one_ready_node(w, "web")
+        await delete_claim(w, claim)
+        claim.deletion_reason = "rebalance_recommendation"  # replace-then-drain, no deadline
+        await w.cluster.update_node_claim(claim)
+        await w.until(lambda: w.cluster.node_claim(claim.name) is None, within=300, what="gone")
+        await w.until(lambda: w.all_ready("web"), within=30, what="web ready elsewhere")
+        [replacement] = w.claims()
+        ready_at = w.rel(replacement.initialized_at)
+        assert all(t >= ready_at for t in eviction_times(w, "web")), ready_at
+        moved = w.pods_of("web")
+        assert all(p.started_at is not None and p.started_at - p.created_at < 1 for p in moved)
+
+    sim.run(body)
+
+
 @pytest.mark.parametrize("grace", [5.0, 30.0])
 def test_at_the_deadline_the_pods_left_are_deleted_and_counted_lost(
     sim: Simulator, grace: float

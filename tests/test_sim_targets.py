@@ -241,13 +241,6 @@ def test_with_a_rebalance_lead_no_workload_drops_below_its_budget_and_none_is_lo
 
 
 @pytest.mark.scenario
-@pytest.mark.xfail(
-    strict=True,
-    reason="replace-then-drain now holds a node's pods until ready nodes have room for all "
-    "of them, but a pod a budget refuses mid-drain can lose that room to the scheduler's "
-    "spreading of another drain's pods while the provisioner's plan still sees room for "
-    "it; it then goes at the notice and waits for a node (35 of 36 nodes replaced first)",
-)
 def test_with_a_rebalance_lead_every_replacement_is_ready_before_the_first_eviction() -> None:
     s = fleet("spot-fleet-rebalance")
     intr = s["interruptions"]

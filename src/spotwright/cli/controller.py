@@ -417,6 +417,7 @@ async def _run_controllers(
         settings=Settings(
             interruption_workers=options.interruption_workers,
             interruption_concurrency=options.interruption_concurrency,
+            plan_in_thread=True,
         ),
     )
     controllers: dict[str, Callable[[], Coroutine[Any, Any, None]]] = {

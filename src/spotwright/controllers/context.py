@@ -67,6 +67,9 @@ class Settings:
     garbage_collection_interval_seconds: float = 120.0
     garbage_collection_grace_seconds: float = 60.0
     interruption_workers: int = 10
+    #: Plan provisioning rounds in a worker thread (live); the simulator plans inline so
+    #: that virtual time stands still while it plans.
+    plan_in_thread: bool = False
     #: Interruption messages in their urgent step (the node's taint) at once, each in its
     #: own task; a worker receives more only while a slot is free.
     interruption_concurrency: int = 100

@@ -28,9 +28,10 @@ from spotwright.scheduling.fit import node_fit, pod_requests
 
 __all__ = ["BudgetWaker", "Room", "budgets_of", "promise"]
 
-#: An evicted pod's room stays promised while it terminates and this long after (its
-#: owner may recreate it only once it is gone), after which its pending replacement is
-#: counted instead. Counting both meanwhile only holds another drain back a little.
+#: An evicted pod's room stays promised until its owner has created a replacement (which
+#: is then counted instead: a Deployment's appears as soon as the pod starts terminating),
+#: or while it terminates and this long after (a StatefulSet recreates it only once it is
+#: gone). Counting both would hold another drain back for the whole grace period.
 _PROMISE_SECONDS = 5.0
 _PROMISED: weakref.WeakKeyDictionary[Cluster, dict[str, tuple[Pod, float]]] = (
     weakref.WeakKeyDictionary()
@@ -137,8 +138,11 @@ class Room:
             if pod.node_name is None and pod.deleting_since is None:
                 self.take(pod)
         promised = _PROMISED.setdefault(cluster, {})
-        for key, (pod, at) in list(promised.items()):
-            if at + _PROMISE_SECONDS < now and cluster.pod(key) is None:
+        fresh = _created_by_owner(cluster)
+        for key, (pod, at) in sorted(promised.items(), key=lambda item: item[1][1]):
+            if _replaced(pod, at, fresh) or (
+                at + _PROMISE_SECONDS < now and cluster.pod(key) is None
+            ):
                 del promised[key]
             else:
                 self.take(pod)
@@ -174,6 +178,33 @@ def promise(cluster: Cluster, pod: Pod, now: float) -> None:
     on the room the first one's pods are about to take.
     """
     _PROMISED.setdefault(cluster, {})[pod.key] = (pod, now)
+
+
+def _created_by_owner(cluster: Cluster) -> dict[tuple[str, str], list[float]]:
+    """Creation times of the live pods of each owner, oldest first."""
+    times: dict[tuple[str, str], list[float]] = {}
+    for pod in cluster.pods():
+        if pod.owner is not None and pod.deleting_since is None:
+            times.setdefault((pod.namespace, pod.owner), []).append(pod.created_at)
+    for created in times.values():
+        created.sort()
+    return times
+
+
+def _replaced(pod: Pod, at: float, fresh: dict[tuple[str, str], list[float]]) -> bool:
+    """Whether a pod of the evicted pod's owner created since the eviction stands in for it.
+
+    Each such pod stands in for one promise (the oldest first), so two pods of one owner
+    evicted together stay promised until both replacements exist.
+    """
+    if pod.owner is None:
+        return False
+    created = fresh.get((pod.namespace, pod.owner), [])
+    for i, when in enumerate(created):
+        if when >= at:
+            del created[i]
+            return True
+    return False
 
 
 def _disrupted(node: Node) -> bool:

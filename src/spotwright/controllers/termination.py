@@ -61,9 +61,10 @@ DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
 
 #: The deletion reason of a replace-then-drain (``EventKind.REBALANCE_RECOMMENDATION``).
 _REBALANCE = "rebalance_recommendation"
-#: How long a replace-then-drain holds pods that no ready node has room for: long enough
-#: for the provisioner's next look (it counts them as pending) to order a node, short of
-#: leaving them for the interruption notice.
+#: How long a replace-then-drain holds pods that no ready node has room for, once no claim
+#: is booting: long enough for the provisioner's next look (it counts them as pending) to
+#: order a node, short of leaving them for the interruption notice. While a claim boots
+#: the hold goes on, since that claim is usually the room they wait for.
 _HOLD_SECONDS = 15.0
 #: Retries of a failed termination: 1 s, doubling, at most this long apart.
 _RETRY_MAX_SECONDS = 60.0
@@ -276,7 +277,10 @@ class Terminator:
                 (p for p in tier if not p.terminating), key=lambda p: -pod_requests(p).cpu
             )
             if holding and not Room(ctx.cluster, node_name, now).take_all(leaving):
-                held_since = now if held_since is None else held_since
+                # While a claim boots, the provisioner is adding room (these pods count as
+                # pending to it): wait for it, then give it one more look.
+                if held_since is None or _booting(ctx.cluster):
+                    held_since = now
                 if now - held_since < _HOLD_SECONDS:
                     await waker.sleep(ctx.clock, 0.5)
                     continue
@@ -285,7 +289,9 @@ class Terminator:
                 holding = False
             else:
                 held_since = None
-            for pod in tier:
+            # Largest first, as Room placed them: their replacements are created, and
+            # scheduled, in this order, so small pods do not take the gap a large one needs.
+            for pod in sorted(tier, key=lambda p: -pod_requests(p).cpu):
                 if pod.terminating:
                     continue
                 # Before the backoff check: a pod waiting out a PDB refusal must not miss
@@ -459,6 +465,11 @@ def _critical(pod: Pod) -> bool:
 
 def _max_grace(pods: list[Pod]) -> float:
     return max((p.grace_seconds for p in pods), default=0.0)
+
+
+def _booting(cluster: Cluster) -> bool:
+    """Whether some claim is launching or joining: capacity that is on its way."""
+    return any(c.initialized_at is None and c.deleting_since is None for c in cluster.node_claims())
 
 
 def _replacing(claim: NodeClaim | None) -> bool:
