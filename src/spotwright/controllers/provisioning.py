@@ -68,6 +68,10 @@ class Provisioner:
         #: Set when a node starts being disrupted: its pods need a node now, and the batch
         #: window (made for pods arriving one by one) would only delay their replacement.
         self._urgent = False
+        #: Nodes already seen disrupted: only the moment a node becomes disrupted skips the
+        #: batch window; its later updates (cordon, pods leaving) must not start a round each,
+        #: or a thousand draining nodes keep the provisioner planning back to back.
+        self._disrupted: set[str] = set()
         #: NodePool -> why its node class cannot launch, as last reported.
         self._class_problems: dict[str, str] = {}
         #: NodePool -> its class's kubelet block, as of the last round (sizes its claims).
@@ -95,8 +99,14 @@ class Provisioner:
         cluster = self.ctx.cluster
         async for event in cluster.watch("pod", "node", "nodeclaim"):
             if self._is_trigger(event):
-                self._urgent = self._urgent or event.kind == "node"
+                if event.kind == "node":
+                    self._urgent = True
+                    self._disrupted.add(event.name)
                 self._trigger.set()
+            elif event.kind == "node":
+                node = self.ctx.cluster.node(event.name)
+                if node is None or not is_disrupting(None, node.taints):
+                    self._disrupted.discard(event.name)  # gone, or back in service
 
     def _is_trigger(self, event: WatchEvent) -> bool:
         cluster = self.ctx.cluster
@@ -108,7 +118,9 @@ class Provisioner:
         if event.kind == "nodeclaim":
             return event.type != "ADDED"
         node = cluster.node(event.name)
-        return node is not None and is_disrupting(None, node.taints)
+        if node is None or not is_disrupting(None, node.taints):
+            return False
+        return event.name not in self._disrupted
 
     async def _retry_loop(self) -> None:
         """Pods that stay pending are looked at again every ``pending_retry_seconds``."""
