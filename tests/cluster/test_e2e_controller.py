@@ -34,7 +34,6 @@ from _e2e import (
     Controller,
     MotoSqs,
     NodeClaimCR,
-    NodePoolCR,
     admin,
     controller_args,
     deployment,
@@ -42,12 +41,12 @@ from _e2e import (
     install,
     nodepool,
     pdb,
+    remove_pool,
 )
 from lightkube import ApiError, AsyncClient
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node, Pod
 from lightkube.resources.policy_v1 import PodDisruptionBudget
-from lightkube.types import PatchType
 
 from spotwright.testing.cluster import TestCluster
 
@@ -82,32 +81,7 @@ def pool(test_cluster: TestCluster, namespace: str) -> Iterator[str]:
     try:
         yield name
     finally:
-        asyncio.run(_clean_up(test_cluster, name))
-
-
-async def _clean_up(cluster: TestCluster, pool_name: str) -> None:
-    client = admin(cluster)
-    try:
-        with contextlib.suppress(ApiError):
-            await client.delete(NodePoolCR, pool_name)
-        async for claim in client.list(NodeClaimCR):
-            if claim["spec"].get("nodePool") != pool_name:
-                continue
-            name = claim["metadata"]["name"]
-            with contextlib.suppress(ApiError):
-                await client.patch(
-                    NodeClaimCR,
-                    name,
-                    {"metadata": {"finalizers": None}},
-                    patch_type=PatchType.MERGE,
-                )
-                await client.delete(NodeClaimCR, name)
-        async for node in client.list(Node, labels={"e2e": pool_name}):
-            if node.metadata is not None and node.metadata.name is not None:
-                with contextlib.suppress(ApiError):
-                    await client.delete(Node, node.metadata.name)
-    finally:
-        await client.close()
+        asyncio.run(remove_pool(test_cluster, name))
 
 
 @contextlib.contextmanager
